@@ -1,0 +1,11 @@
+"""dsmlkit: DeepSeek DSML tool calling for V3.2, V4 and V4.1.
+
+The core (dialects, parser, renderer, API adapters) imports only the standard library.
+"""
+
+from dsmlkit.dialects import DIALECTS, Dialect, get_dialect
+from dsmlkit.errors import DsmlkitError, InvalidRequest
+
+__version__ = "0.1.0"
+
+__all__ = ["DIALECTS", "Dialect", "DsmlkitError", "InvalidRequest", "__version__", "get_dialect"]

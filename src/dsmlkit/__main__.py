@@ -1,0 +1,5 @@
+import sys
+
+from dsmlkit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,37 @@
+"""The ``dsmlkit`` command: ``parse``, ``render``, ``convert`` and ``serve``.
+
+Each subcommand lives in its own module with ``register(subparsers)`` (adds its
+arguments and sets ``func``); the drivers are thin wrappers over the library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+SUBCOMMANDS = ("parse", "render", "convert", "serve")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dsmlkit",
+        description="DeepSeek DSML tool calling for V3.2, V4 and V4.1.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        module = importlib.import_module(f"dsmlkit.cli.{name}_cmd")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

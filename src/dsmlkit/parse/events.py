@@ -1,0 +1,174 @@
+"""Events the parser emits, and the message they add up to.
+
+Events are small frozen dataclasses. A stream of events for one model output always has
+this shape (``*`` = any number, ``?`` = at most one)::
+
+    (ContentDelta | ReasoningDelta | ReasoningEnd | ToolCallStart | ArgumentsDelta
+     | ToolCallEnd | Diagnostic)*  OutputEnd
+
+* ``ReasoningEnd`` comes at most once, after the last ``ReasoningDelta``.
+* Every ``ToolCallStart(index=i)`` precedes that call's ``ArgumentsDelta(index=i)``
+  fragments; calls are numbered 0, 1, 2... in order and never interleave.
+* A call that completed gets ``ToolCallEnd(index=i)``; the concatenation of its
+  ``ArgumentsDelta`` texts equals ``ToolCallEnd.arguments_json`` exactly. A call that
+  started but never completed (output cut off) gets no ``ToolCallEnd``; a
+  ``Diagnostic(kind="truncated_call")`` reports it and the finish reason is ``length``.
+* ``OutputEnd`` is always last, once, emitted by ``close()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Union
+
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+@dataclass(frozen=True, slots=True)
+class ContentDelta:
+    """Visible answer text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """Reasoning (thinking) text."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningEnd:
+    """Reasoning is over (``</think>`` or a tool call ended it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStart:
+    """A tool call opened: its position in the message, id and function name."""
+
+    index: int
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentsDelta:
+    """The next fragment of a call's arguments JSON text."""
+
+    index: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallEnd:
+    """A call completed; ``arguments_json`` is the exact concatenation of its fragments."""
+
+    index: int
+    id: str
+    name: str
+    arguments: dict[str, Any] = field(compare=True)
+    arguments_json: str
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """Something off-format that was recovered or set aside (never silently dropped).
+
+    ``kind`` is a stable machine-readable name; ``text`` holds any model text that was
+    not placed in content, reasoning or a call.
+    """
+
+    kind: str
+    message: str
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OutputEnd:
+    """The output is over; ``finish_reason`` is what an API should report."""
+
+    finish_reason: FinishReason
+
+
+Event = Union[
+    ContentDelta,
+    ReasoningDelta,
+    ReasoningEnd,
+    ToolCallStart,
+    ArgumentsDelta,
+    ToolCallEnd,
+    Diagnostic,
+    OutputEnd,
+]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A completed tool call."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    arguments_json: str
+
+
+@dataclass(frozen=True)
+class ParsedMessage:
+    """Everything one model output said, collected from its events."""
+
+    content: str
+    reasoning: str
+    calls: tuple[ToolCall, ...]
+    diagnostics: tuple[Diagnostic, ...]
+    finish_reason: FinishReason
+
+    def to_json(self) -> dict[str, Any]:
+        """The shape ``dsmlkit parse`` prints."""
+        return {
+            "content": self.content,
+            "reasoning": self.reasoning,
+            "calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.calls],
+            "diagnostics": [
+                {"kind": d.kind, "message": d.message, "text": d.text} for d in self.diagnostics
+            ],
+            "finish_reason": self.finish_reason,
+        }
+
+
+class MessageCollector:
+    """Folds an event stream into a :class:`ParsedMessage` (cheap per event)."""
+
+    def __init__(self) -> None:
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self._calls: list[ToolCall] = []
+        self._diagnostics: list[Diagnostic] = []
+        self._finish: FinishReason | None = None
+
+    def add(self, events: list[Event]) -> None:
+        for event in events:
+            if isinstance(event, ContentDelta):
+                self._content.append(event.text)
+            elif isinstance(event, ReasoningDelta):
+                self._reasoning.append(event.text)
+            elif isinstance(event, ToolCallEnd):
+                self._calls.append(
+                    ToolCall(event.id, event.name, event.arguments, event.arguments_json)
+                )
+            elif isinstance(event, Diagnostic):
+                self._diagnostics.append(event)
+            elif isinstance(event, OutputEnd):
+                self._finish = event.finish_reason
+
+    def message(self) -> ParsedMessage:
+        """The collected message; call after the parser's ``close()`` events were added."""
+        if self._finish is None:
+            raise RuntimeError("the event stream has no OutputEnd yet: add the close() events")
+        return ParsedMessage(
+            content="".join(self._content),
+            reasoning="".join(self._reasoning),
+            calls=tuple(self._calls),
+            diagnostics=tuple(self._diagnostics),
+            finish_reason=self._finish,
+        )
