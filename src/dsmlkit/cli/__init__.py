@@ -14,21 +14,23 @@ from collections.abc import Sequence
 SUBCOMMANDS = ("parse", "render", "convert", "serve")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser; with ``only``, just that subcommand's module is imported."""
     parser = argparse.ArgumentParser(
         prog="dsmlkit",
         description="DeepSeek DSML tool calling for V3.2, V4 and V4.1.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in SUBCOMMANDS:
+    for name in SUBCOMMANDS if only is None else (only,):
         module = importlib.import_module(f"dsmlkit.cli.{name}_cmd")
         module.register(subparsers)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    chosen = arguments[0] if arguments and arguments[0] in SUBCOMMANDS else None
+    args = build_parser(chosen).parse_args(arguments)
     code: int = args.func(args)
     return code
 

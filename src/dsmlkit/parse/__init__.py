@@ -14,7 +14,9 @@ from dsmlkit.parse.events import (
     ToolCall,
     ToolCallEnd,
     ToolCallStart,
+    event_to_json,
 )
+from dsmlkit.parse.parser import Parser, StartIn, parse
 
 __all__ = [
     "ArgumentsDelta",
@@ -25,9 +27,13 @@ __all__ = [
     "MessageCollector",
     "OutputEnd",
     "ParsedMessage",
+    "Parser",
     "ReasoningDelta",
     "ReasoningEnd",
+    "StartIn",
     "ToolCall",
     "ToolCallEnd",
     "ToolCallStart",
+    "event_to_json",
+    "parse",
 ]

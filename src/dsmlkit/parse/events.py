@@ -18,8 +18,8 @@ this shape (``*`` = any number, ``?`` = at most one)::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 FinishReason = Literal["stop", "length", "tool_calls"]
 
@@ -91,16 +91,16 @@ class OutputEnd:
     finish_reason: FinishReason
 
 
-Event = Union[
-    ContentDelta,
-    ReasoningDelta,
-    ReasoningEnd,
-    ToolCallStart,
-    ArgumentsDelta,
-    ToolCallEnd,
-    Diagnostic,
-    OutputEnd,
-]
+Event = (
+    ContentDelta
+    | ReasoningDelta
+    | ReasoningEnd
+    | ToolCallStart
+    | ArgumentsDelta
+    | ToolCallEnd
+    | Diagnostic
+    | OutputEnd
+)
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,26 @@ class ParsedMessage:
         }
 
 
+_EVENT_TYPES: dict[type, str] = {
+    ContentDelta: "content",
+    ReasoningDelta: "reasoning",
+    ReasoningEnd: "reasoning_end",
+    ToolCallStart: "tool_call_start",
+    ArgumentsDelta: "arguments",
+    ToolCallEnd: "tool_call_end",
+    Diagnostic: "diagnostic",
+    OutputEnd: "output_end",
+}
+
+
+def event_to_json(event: Event) -> dict[str, Any]:
+    """A JSON-ready dict for one event: ``{"type": ..., <fields>}``."""
+    data: dict[str, Any] = {"type": _EVENT_TYPES[type(event)]}
+    for item in fields(event):
+        data[item.name] = getattr(event, item.name)
+    return data
+
+
 class MessageCollector:
     """Folds an event stream into a :class:`ParsedMessage` (cheap per event)."""
 
@@ -148,6 +168,9 @@ class MessageCollector:
 
     def add(self, events: list[Event]) -> None:
         for event in events:
+            kind = type(event)
+            if kind is ArgumentsDelta or kind is ToolCallStart or kind is ReasoningEnd:
+                continue
             if isinstance(event, ContentDelta):
                 self._content.append(event.text)
             elif isinstance(event, ReasoningDelta):

@@ -1,0 +1,185 @@
+"""``dsmlkit parse``: raw model output in, the parsed message (or its events) out as JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+from dsmlkit.dialects import DIALECTS
+from dsmlkit.parse import MessageCollector, Parser, event_to_json
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "parse",
+        help="parse one raw DeepSeek model output into content, reasoning and tool calls",
+        description=(
+            "Read one raw model output (FILE or stdin) and print the parsed message as one JSON "
+            'object {"content", "reasoning", "calls", "diagnostics", "finish_reason"}. '
+            "With --jsonl, read one JSON request per stdin line and write one result per line."
+        ),
+    )
+    parser.add_argument("file", nargs="?", metavar="FILE", help="model output (default: stdin)")
+    parser.add_argument("--dialect", choices=sorted(DIALECTS), default="v4.1")
+    parser.add_argument(
+        "--thinking",
+        action="store_true",
+        help="the output starts inside reasoning (the prompt ended with <think>)",
+    )
+    parser.add_argument(
+        "--strict", action="store_true", help="accept only this dialect's tag spellings"
+    )
+    parser.add_argument("--tools", metavar="FILE", help="JSON list of the request's tools")
+    parser.add_argument(
+        "--chunk-size",
+        type=_positive_int,
+        metavar="N",
+        help="feed the text in N-character deltas (the result must not change)",
+    )
+    parser.add_argument(
+        "--finish-reason",
+        choices=("stop", "length"),
+        help="the engine's finish reason, handed to close()",
+    )
+    parser.add_argument(
+        "--events", action="store_true", help="print the event stream, one JSON object per line"
+    )
+    parser.add_argument(
+        "--jsonl", action="store_true", help="batch mode: one JSON request per stdin line"
+    )
+    parser.set_defaults(func=run)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _chunks(text: str, size: int | None) -> Iterator[str]:
+    if not size or size >= len(text):
+        yield text
+        return
+    for start in range(0, len(text), size):
+        yield text[start : start + size]
+
+
+def _write_line(out: BinaryIO, data: Any) -> None:
+    out.write(json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n")
+
+
+def _parse_one(
+    text: str,
+    chunks: Iterator[str] | list[str],
+    *,
+    dialect: str,
+    thinking: bool,
+    strict: bool,
+    tools: Any,
+    finish_reason: str | None,
+) -> dict[str, Any]:
+    parser = Parser(
+        dialect, start_in="reasoning" if thinking else "content", strict=strict, tools=tools
+    )
+    collector = MessageCollector()
+    for chunk in chunks:
+        collector.add(parser.feed(chunk))
+    collector.add(parser.close(finish_reason))
+    return collector.message().to_json()
+
+
+def _load_tools(path: str) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        data = json.load(handle)
+    return data.get("tools") if isinstance(data, dict) else data
+
+
+def _read_input(path: str | None) -> str:
+    if path is None:
+        return sys.stdin.buffer.read().decode("utf-8")
+    with open(path, encoding="utf-8", newline="") as handle:
+        return handle.read()
+
+
+def run(args: argparse.Namespace) -> int:
+    out = sys.stdout.buffer
+    if args.jsonl:
+        return _run_jsonl(out)
+    try:
+        tools = _load_tools(args.tools) if args.tools else None
+        text = _read_input(args.file)
+    except (OSError, ValueError) as exc:
+        print(f"dsmlkit parse: {exc}", file=sys.stderr)
+        return 1
+    if args.events:
+        parser = Parser(
+            args.dialect,
+            start_in="reasoning" if args.thinking else "content",
+            strict=args.strict,
+            tools=tools,
+        )
+        for chunk in _chunks(text, args.chunk_size):
+            for event in parser.feed(chunk):
+                _write_line(out, event_to_json(event))
+        for event in parser.close(args.finish_reason):
+            _write_line(out, event_to_json(event))
+        return 0
+    result = _parse_one(
+        text,
+        _chunks(text, args.chunk_size),
+        dialect=args.dialect,
+        thinking=args.thinking,
+        strict=args.strict,
+        tools=tools,
+        finish_reason=args.finish_reason,
+    )
+    _write_line(out, result)
+    return 0
+
+
+def _run_jsonl(out: BinaryIO) -> int:
+    for raw_line in sys.stdin.buffer.read().split(b"\n"):
+        if not raw_line.strip():
+            continue
+        try:
+            result = _parse_request(json.loads(raw_line.decode("utf-8")))
+        except Exception as exc:  # a bad line reports and the run goes on
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        _write_line(out, result)
+    return 0
+
+
+def _parse_request(request: Any) -> dict[str, Any]:
+    if not isinstance(request, dict):
+        raise ValueError("each line must be a JSON object")
+    text = request.get("text")
+    if not isinstance(text, str):
+        raise ValueError('"text" must be a string')
+    chunks = request.get("chunks")
+    if chunks is not None:
+        if not isinstance(chunks, list) or not all(isinstance(c, str) for c in chunks):
+            raise ValueError('"chunks" must be a list of strings')
+        if "".join(chunks) != text:
+            raise ValueError('"chunks" must concatenate to "text"')
+        pieces: Iterator[str] | list[str] = chunks
+    else:
+        size = request.get("chunk_size")
+        if size is not None and (not isinstance(size, int) or size < 1):
+            raise ValueError('"chunk_size" must be a positive integer')
+        pieces = _chunks(text, size)
+    finish = request.get("finish_reason")
+    if finish is not None and not isinstance(finish, str):
+        raise ValueError('"finish_reason" must be a string')
+    return _parse_one(
+        text,
+        pieces,
+        dialect=request.get("dialect") or "v4.1",
+        thinking=bool(request.get("thinking", False)),
+        strict=bool(request.get("strict", False)),
+        tools=request.get("tools"),
+        finish_reason=finish,
+    )

@@ -1,0 +1,266 @@
+"""Recognising one tag at a ``<``: DSML tags, ``<think>``/``</think>`` and EOS.
+
+:func:`TagScanner.scan` looks at the text starting at a ``<`` and answers one of
+
+* a :class:`Tag` — a complete tag (its kind, attributes and where it ends);
+* ``None`` — this ``<`` does not start a tag the grammar accepts: it is text;
+* :data:`PENDING` — the buffer ends inside something that may still become a tag.
+
+Tags are short (capped at :data:`MAX_TAG_LENGTH` characters), so scanning one from its
+``<`` again when more text arrives costs a bounded amount; the parser never rescans
+anything else.
+
+The grammar is data built from a :class:`~dsmlkit.dialects.Dialect` and the ``strict``
+flag. Lenient (default): every dialect's tag names with 0–2 spaces after the marker,
+``｜``/``|`` markers with one or two bars, and the typos seen in the field (``toolcalls``,
+doubled bars, truncated closers such as ``</｜DSML｜inv>``), each flagged in ``Tag.typo``.
+Strict: only the configured dialect's names and spacing, with ``｜DSML｜`` or ``|DSML|``.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from typing import Final
+
+from dsmlkit.dialects import ASCII_MARKER, EOS, MARKER, THINK_CLOSE, THINK_OPEN, Dialect
+
+#: Longest tag (from ``<`` to ``>``) accepted; a longer candidate is text.
+MAX_TAG_LENGTH: Final = 512
+
+_BARS = "｜|"
+
+
+class TagKind(enum.Enum):
+    BLOCK_OPEN = "block_open"
+    BLOCK_CLOSE = "block_close"
+    INVOKE_OPEN = "invoke_open"
+    INVOKE_CLOSE = "invoke_close"
+    PARAM_OPEN = "parameter_open"
+    PARAM_CLOSE = "parameter_close"
+    THINK_OPEN = "think_open"
+    THINK_CLOSE = "think_close"
+    EOS = "eos"
+
+
+class Pending(enum.Enum):
+    PENDING = "pending"
+
+
+PENDING: Final = Pending.PENDING
+
+
+@dataclass(frozen=True, slots=True)
+class Tag:
+    """A recognised tag ``text[start:end]``."""
+
+    kind: TagKind
+    start: int
+    end: int
+    name: str = ""
+    is_string: bool = True
+    typo: str = ""
+
+
+_BLOCK, _INVOKE, _PARAM = "block", "invoke", "parameter"
+
+# ---------------------------------------------------------------------------------------
+# Attribute grammar. Each atom is (full regex, regex of any prefix of it); the prefix regex
+# of a sequence tells whether the text so far could still grow into a complete tag.
+
+_Atom = tuple[str, str]
+
+
+def _literal(text: str) -> _Atom:
+    prefix = ""
+    for char in reversed(text):
+        prefix = f"(?:{re.escape(char)}{prefix})?"
+    return re.escape(text), prefix
+
+
+def _prefix_regex(atoms: list[_Atom]) -> str:
+    if not atoms:
+        return ""
+    full, prefix = atoms[0]
+    return f"(?:{prefix}|{full}{_prefix_regex(atoms[1:])})"
+
+
+_WS1: _Atom = (r"\s+", r"\s*")
+_WS0: _Atom = (r"\s*", r"\s*")
+_NAME_VALUE: _Atom = (r'"([^"\n]*)"', r'(?:"[^"\n]*)?')
+_BOOL_VALUE: _Atom = (r'"(true|false)"', r'(?:"(?:t(?:r(?:ue?)?)?|f(?:a(?:l(?:se?)?)?)?)?)?')
+_EQ = [_WS0, _literal("="), _WS0]
+_NAME_ATTR = [_WS1, _literal("name"), *_EQ, _NAME_VALUE]
+_STRING_ATTR = [_WS1, _literal("string"), *_EQ, _BOOL_VALUE]
+_END = [_WS0, _literal(">")]
+
+
+def _attr_patterns(atoms: list[_Atom]) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    full = "".join(atom[0] for atom in atoms)
+    return re.compile(full), re.compile(_prefix_regex(atoms))
+
+
+_CLOSE_ATTRS = _attr_patterns(_END)
+_INVOKE_ATTRS = _attr_patterns(_NAME_ATTR + _END)
+_PARAM_ATTRS = _attr_patterns(_NAME_ATTR + _STRING_ATTR + _END)
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """Which spellings a parser accepts."""
+
+    names: dict[str, str]  # tag name without leading spaces -> block/invoke/parameter
+    typo_names: dict[str, str]
+    spaces: tuple[int, ...]  # accepted counts of spaces between marker and name
+    lenient: bool
+
+    @classmethod
+    def for_dialect(cls, dialect: Dialect, *, strict: bool) -> Grammar:
+        if strict:
+            names = {
+                dialect.block.lstrip(" "): _BLOCK,
+                dialect.invoke.lstrip(" "): _INVOKE,
+                dialect.parameter.lstrip(" "): _PARAM,
+            }
+            spaces = (len(dialect.block) - len(dialect.block.lstrip(" ")),)
+            return cls(names=names, typo_names={}, spaces=spaces, lenient=False)
+        names = {
+            "function_calls": _BLOCK,
+            "tool_calls": _BLOCK,
+            "calls": _BLOCK,
+            "invoke": _INVOKE,
+            "parameter": _PARAM,
+        }
+        typos = {"toolcalls": _BLOCK, "functioncalls": _BLOCK}
+        return cls(names=names, typo_names=typos, spaces=(0, 1, 2), lenient=True)
+
+
+_OPEN_KIND = {_BLOCK: TagKind.BLOCK_OPEN, _INVOKE: TagKind.INVOKE_OPEN, _PARAM: TagKind.PARAM_OPEN}
+_CLOSE_KIND = {
+    _BLOCK: TagKind.BLOCK_CLOSE,
+    _INVOKE: TagKind.INVOKE_CLOSE,
+    _PARAM: TagKind.PARAM_CLOSE,
+}
+_ATTRS = {
+    TagKind.BLOCK_OPEN: _CLOSE_ATTRS,
+    TagKind.INVOKE_OPEN: _INVOKE_ATTRS,
+    TagKind.PARAM_OPEN: _PARAM_ATTRS,
+}
+_MIN_TRUNCATED = 3
+_LITERALS = (
+    (THINK_OPEN, TagKind.THINK_OPEN),
+    (THINK_CLOSE, TagKind.THINK_CLOSE),
+    (EOS, TagKind.EOS),
+)
+
+
+class TagScanner:
+    """Recognises tags for one :class:`Grammar`; see the module docstring."""
+
+    def __init__(self, grammar: Grammar) -> None:
+        self._grammar = grammar
+        self._all_names = {**grammar.names, **grammar.typo_names}
+
+    def scan(self, text: str, start: int, final: bool) -> Tag | Pending | None:
+        """Recognise the tag at ``text[start] == "<"``.
+
+        ``final`` means no more text will come, so nothing is pending.
+        """
+        result = self._scan(text, start)
+        if result is PENDING and (final or len(text) - start >= MAX_TAG_LENGTH):
+            return None
+        return result
+
+    def _scan(self, text: str, start: int) -> Tag | Pending | None:
+        n = len(text)
+        for literal, kind in _LITERALS:
+            piece = text[start : start + len(literal)]
+            if piece == literal:
+                return Tag(kind, start, start + len(literal))
+            if len(piece) < len(literal) and literal.startswith(piece):
+                return PENDING
+        i = start + 1
+        if i >= n:
+            return PENDING
+        closing = text[i] == "/"
+        if closing:
+            i += 1
+        # The marker: |DSML| or ｜DSML｜ (lenient: one or two bars of either kind each side).
+        i, marker_typo = self._scan_marker(text, i)
+        if i < 0:
+            return PENDING if i == -1 else None
+        spaces = 0
+        while i < n and text[i] == " ":
+            i += 1
+            spaces += 1
+        if i >= n:
+            return PENDING if spaces <= max(self._grammar.spaces) else None
+        if spaces not in self._grammar.spaces:
+            return None
+        name_start = i
+        while i < n and (text[i].isalpha() or text[i] == "_"):
+            i += 1
+        word = text[name_start:i]
+        if i >= n:
+            viable = any(name.startswith(word) for name in self._all_names)
+            return PENDING if viable else None
+        role, typo = self._classify_name(word, closing)
+        if role is None:
+            return None
+        kind = (_CLOSE_KIND if closing else _OPEN_KIND)[role]
+        full, prefix = _CLOSE_ATTRS if closing else _ATTRS[kind]
+        match = full.match(text, i)
+        if match is None:
+            return PENDING if prefix.fullmatch(text, i) else None
+        if role == _PARAM and not closing:
+            name, is_string = match.group(1), match.group(2) == "true"
+        else:
+            name, is_string = (match.group(1) if kind is TagKind.INVOKE_OPEN else ""), True
+        typo = ", ".join(t for t in (marker_typo, typo) if t)
+        return Tag(kind, start, match.end(), name, is_string, typo)
+
+    def _scan_marker(self, text: str, i: int) -> tuple[int, str]:
+        """Index after the marker (or -1 pending, -2 no marker) and a typo note."""
+        n = len(text)
+        if not self._grammar.lenient:
+            for marker in (MARKER, ASCII_MARKER):
+                piece = text[i : i + len(marker)]
+                if piece == marker:
+                    return i + len(marker), ""
+                if len(piece) < len(marker) and marker.startswith(piece):
+                    return -1, ""
+            return -2, ""
+        j = i
+        while j < n and j - i < 2 and text[j] in _BARS:
+            j += 1
+        lead = text[i:j]
+        if not lead:
+            return (-1, "") if j >= n else (-2, "")
+        body = text[j : j + 4]
+        if body != "DSML":
+            return (-1, "") if len(body) < 4 and "DSML".startswith(body) else (-2, "")
+        k = j + 4
+        while k < n and k - (j + 4) < 2 and text[k] in _BARS:
+            k += 1
+        trail = text[j + 4 : k]
+        if k >= n and len(trail) < 2:
+            return -1, ""
+        if not trail:
+            return -2, ""
+        marker = lead + "DSML" + trail
+        typo = "" if marker in (MARKER, ASCII_MARKER) else f"marker spelled {marker!r}"
+        return k, typo
+
+    def _classify_name(self, word: str, closing: bool) -> tuple[str | None, str]:
+        role = self._grammar.names.get(word)
+        if role is not None:
+            return role, ""
+        role = self._grammar.typo_names.get(word)
+        if role is not None:
+            return role, f"tag name {word!r}"
+        if closing and self._grammar.lenient and len(word) >= _MIN_TRUNCATED:
+            roles = {r for name, r in self._grammar.names.items() if name.startswith(word)}
+            if len(roles) == 1:
+                return roles.pop(), f"truncated closer {word!r}"
+        return None, ""
