@@ -1,17 +1,75 @@
-"""``dsmlkit convert``: placeholder until its issue lands."""
+"""``dsmlkit convert``: show how an API request converts to dsmlkit's canonical form.
+
+Reads an OpenAI Chat Completions or Anthropic Messages request body (FILE or stdin) and
+prints ``{"messages": [...], "tools": [...], "options": {...}}`` as JSON on stdout.
+
+Exit codes: 0 converted; 1 the request is invalid (the API's own error body, as JSON, on
+stdout); 2 FILE cannot be read (message on stderr).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
+from dsmlkit.api import (
+    ApiError,
+    anthropic_error_body,
+    convert_output,
+    openai_error_body,
+    parse_request,
+)
+from dsmlkit.dialects import DEFAULT_DIALECT, DIALECTS
+
+ERROR_BODIES = {"openai": openai_error_body, "anthropic": anthropic_error_body}
+
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("convert", help="(not available yet)")
+    parser = subparsers.add_parser(
+        "convert",
+        help="convert an OpenAI or Anthropic request body to the canonical conversation",
+        description=(
+            "Print the canonical messages, tools and options of a request body; an invalid "
+            "request prints the API's error body on stdout and exits 1."
+        ),
+    )
+    parser.add_argument("--from", dest="api", required=True, choices=("openai", "anthropic"))
+    parser.add_argument("--dialect", default=DEFAULT_DIALECT.name, choices=list(DIALECTS))
+    parser.add_argument("file", nargs="?", metavar="FILE", help="request body (default: stdin)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    print("dsmlkit convert is not available in this build yet", file=sys.stderr)
-    return 2
+    try:
+        raw = _read(args.file)
+    except OSError as exc:
+        print(f"dsmlkit convert: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 2
+    try:
+        body = _decode(raw)
+        output = convert_output(parse_request(args.api, body, dialect=args.dialect))
+    except ApiError as err:
+        _print_json(ERROR_BODIES[args.api](err))
+        return 1
+    _print_json(output)
+    return 0
+
+
+def _read(path: str | None) -> bytes:
+    if path is None or path == "-":
+        return sys.stdin.buffer.read()
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _decode(raw: bytes) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ApiError.invalid_request(f"the request body is not UTF-8 JSON: {exc}") from None
+
+
+def _print_json(data: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=1) + "\n")

@@ -1,0 +1,516 @@
+"""Anthropic Messages: request body → :class:`ChatRequest`; parser events → messages and events.
+
+Conversion rules follow api.md §0 (one tool message per ``tool_result``, references first,
+images in a user message right after it; thinking → ``reasoning_content``). Non-streaming:
+:func:`anthropic_response`. Streaming: :class:`AnthropicStream` emits the event grammar of
+api.md §2.4 (one block open at a time, strictly increasing indexes, no ``[DONE]``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from dsmlkit.api.common import (
+    EFFORT_NAMES,
+    ChatRequest,
+    ToolAnswers,
+    Usage,
+    add_tool,
+    check_choice_has_tools,
+    coalesce,
+    collapse_text,
+    function_tool,
+    named_choice,
+    read_numbers,
+    read_stop,
+    request_root,
+    response_diagnostics,
+    tool_name,
+    tool_reference_part,
+)
+from dsmlkit.api.fields import Field
+from dsmlkit.dialects import Dialect, get_dialect
+from dsmlkit.parse import (
+    ArgumentsDelta,
+    ContentDelta,
+    Diagnostic,
+    Event,
+    FinishReason,
+    MessageCollector,
+    ParsedMessage,
+    ReasoningDelta,
+    ReasoningEnd,
+    ToolCallEnd,
+    ToolCallStart,
+)
+
+#: Opaque signature on the thinking blocks dsmlkit emits (signatures are never checked).
+THINKING_SIGNATURE = "dsmlkit-unsigned"
+#: Claude Code's per-request system block; it would defeat prefix caching.
+BILLING_HEADER = "x-anthropic-billing-header"
+
+STOP_REASONS: dict[FinishReason, str] = {
+    "tool_calls": "tool_use",
+    "length": "max_tokens",
+    "stop": "end_turn",
+}
+
+
+# --- requests --------------------------------------------------------------------------
+
+
+def parse_anthropic_request(body: Any, *, dialect: str | Dialect = "v4.1") -> ChatRequest:
+    """Validate a Messages body and convert it; raises :class:`ApiError` (400)."""
+    root = request_root(body)
+    model = root["model"].nonempty_string()
+    notes: list[str] = []
+    tools, server_tools = _tools(root["tools"], notes)
+    messages: list[dict[str, Any]] = []
+    system = _system_text(root["system"]) if root["system"].present else ""
+    if system:
+        messages.append({"role": "system", "content": system})
+    messages += _Conversation(notes).convert(root["messages"])
+    tool_choice, parallel = _tool_choice(root["tool_choice"], tools, server_tools)
+    effort, response_format = _output_config(root["output_config"])
+    prefill = messages[-1]["role"] == "assistant"
+    sampling: dict[str, Any] = {"max_tokens": root["max_tokens"].integer(minimum=1)}
+    sampling.update(read_numbers(root, ("temperature", "top_p", "top_k")))
+    if root["stop_sequences"].present:
+        sampling["stop"] = read_stop(root["stop_sequences"])
+    return ChatRequest(
+        api="anthropic",
+        model=model,
+        dialect=get_dialect(dialect).name,
+        messages=messages,
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel,
+        thinking=_thinking(root["thinking"]),
+        reasoning_effort=effort,
+        response_format=response_format,
+        add_generation_prompt=not prefill,
+        continue_final_message=prefill,
+        stream=root["stream"].boolean() if root["stream"].present else False,
+        include_usage=True,
+        sampling=sampling,
+        notes=tuple(notes),
+    )
+
+
+def _system_text(field: Field) -> str:
+    """System text: a string, or text blocks joined with "" minus the billing header."""
+    if isinstance(field.value, str):
+        return field.value
+    texts = []
+    for block in field.array():
+        block["type"].choice(("text",))
+        text = block["text"].string()
+        if not text.startswith(BILLING_HEADER):
+            texts.append(text)
+    return "".join(texts)
+
+
+def _image_part(block: Field) -> dict[str, Any]:
+    source = block["source"]
+    kind = source["type"].choice(("base64", "url"))
+    if kind == "url":
+        url = source["url"].nonempty_string()
+    else:
+        media_type = source["media_type"].nonempty_string()
+        url = f"data:{media_type};base64,{source['data'].nonempty_string()}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _is_server_block(kind: str) -> bool:
+    """Blocks of tools Anthropic runs server-side (``server_tool_use``, ``*_tool_result``)."""
+    return kind in ("server_tool_use", "mcp_tool_use") or (
+        kind.endswith("_tool_result") and kind != "tool_result"
+    )
+
+
+class _Conversation:
+    """Converts ``messages`` in order, pairing each tool_result with its tool_use."""
+
+    def __init__(self, notes: list[str]) -> None:
+        self._notes = notes
+        self._answers = ToolAnswers()
+
+    def convert(self, field: Field) -> list[dict[str, Any]]:
+        items = field.array()
+        if not items:
+            raise field.error("must hold at least one message")
+        messages: list[dict[str, Any]] = []
+        for item in items:
+            role = item["role"].choice(("user", "assistant", "system"))
+            content = item["content"]
+            if role == "system":
+                messages.append({"role": "system", "content": _system_text(content)})
+            elif role == "assistant":
+                messages.append(self._assistant(content))
+            else:
+                messages += self._user(content)
+        return messages
+
+    def _blocks(self, content: Field) -> list[Field] | None:
+        """The content blocks, or ``None`` for string content."""
+        if isinstance(content.value, str):
+            return None
+        if not isinstance(content.value, list):
+            raise content.error("must be a string or an array of content blocks")
+        return content.array()
+
+    def _note_dropped(self, block: Field, kind: str) -> None:
+        self._notes.append(f"{block.path}: dropped a {kind} block")
+
+    def _assistant(self, content: Field) -> dict[str, Any]:
+        blocks = self._blocks(content)
+        if blocks is None:
+            self._answers.calls_made([])
+            return {"role": "assistant", "content": content.value}
+        texts: list[str] = []
+        reasoning: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for block in blocks:
+            kind = block.type_tag()
+            if kind == "text":
+                texts.append(block["text"].string())
+            elif kind == "thinking":
+                reasoning.append(block["thinking"].string())
+            elif kind == "tool_use":
+                calls.append(self._tool_use(block, calls))
+            elif kind == "redacted_thinking" or _is_server_block(kind):
+                self._note_dropped(block, kind)
+            else:
+                raise block.error(f"{kind!r} blocks are not supported in assistant messages")
+        self._answers.calls_made([call["id"] for call in calls])
+        text = "".join(texts)
+        message: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if reasoning:
+            message["reasoning_content"] = "".join(reasoning)
+        if calls:
+            message["tool_calls"] = calls
+        if not (text or reasoning or calls):
+            message["content"] = ""
+        return message
+
+    def _tool_use(self, block: Field, earlier: list[dict[str, Any]]) -> dict[str, Any]:
+        call_id = block["id"].nonempty_string()
+        if any(call["id"] == call_id for call in earlier):
+            raise block["id"].error(f"two tool_use blocks share the id {call_id!r}")
+        arguments = dict(block["input"].object())
+        return {
+            "id": call_id,
+            "type": "function",
+            "function": {
+                "name": tool_name(block["name"]),
+                "arguments": json.dumps(arguments, ensure_ascii=False),
+            },
+        }
+
+    def _user(self, content: Field) -> list[dict[str, Any]]:
+        blocks = self._blocks(content)
+        if blocks is None:
+            return [{"role": "user", "content": content.value}]
+        messages: list[dict[str, Any]] = []
+        parts: list[dict[str, Any]] = []
+
+        def flush() -> None:
+            if parts:
+                messages.append({"role": "user", "content": collapse_text(list(parts))})
+                parts.clear()
+
+        for block in blocks:
+            kind = block.type_tag()
+            if kind == "text":
+                if block["text"].string():
+                    parts.append({"type": "text", "text": block["text"].value})
+            elif kind == "image":
+                parts.append(_image_part(block))
+            elif kind == "tool_reference":
+                parts.append({"type": "text", "text": tool_reference_part(block)["name"]})
+            elif kind == "tool_result":
+                flush()
+                messages += self._tool_result(block)
+            else:
+                raise block.error(
+                    f"{kind!r} blocks are not supported in user messages; "
+                    "use text, image, tool_result or tool_reference"
+                )
+        flush()
+        return messages or [{"role": "user", "content": ""}]
+
+    def _tool_result(self, block: Field) -> list[dict[str, Any]]:
+        """One tool message (references, then text) and, for images, a user message after it."""
+        id_field = block["tool_use_id"] if block["tool_use_id"].present else block["id"]
+        call_id = self._answers.answer(
+            id_field.nonempty_string() if id_field.present else None, block
+        )
+        references: list[dict[str, Any]] = []
+        texts: list[dict[str, Any]] = []
+        images: list[dict[str, Any]] = []
+        content = block["content"]
+        if content.present and not isinstance(content.value, str):
+            for part in content.array():
+                kind = part.type_tag()
+                if kind == "text":
+                    if part["text"].string():
+                        texts.append({"type": "text", "text": part["text"].value})
+                elif kind == "tool_reference":
+                    references.append(tool_reference_part(part))
+                elif kind == "image":
+                    images.append(_image_part(part))
+                else:
+                    raise part.error(
+                        f"{kind!r} items are not supported in a tool_result; "
+                        "use text, image or tool_reference"
+                    )
+        message: dict[str, Any] = {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "content": content.value
+            if isinstance(content.value, str)
+            else (references + texts or ""),
+        }
+        if block["is_error"].present and block["is_error"].boolean():
+            message["is_error"] = True
+        return [message, {"role": "user", "content": images}] if images else [message]
+
+
+def _tools(field: Field, notes: list[str]) -> tuple[list[dict[str, Any]], set[str]]:
+    """Custom tools as canonical tools; server tools are dropped (their names returned)."""
+    tools: list[dict[str, Any]] = []
+    server_tools: set[str] = set()
+    if not field.present:
+        return tools, server_tools
+    for item in field.array():
+        kind = item["type"].string() if item["type"].present else "custom"
+        if kind != "custom":
+            name = item["name"].value if isinstance(item["name"].value, str) else kind
+            server_tools.add(name)
+            notes.append(f"{item.path}: dropped server tool {name!r} ({kind}); dsmlkit runs none")
+            continue
+        item["input_schema"].object()
+        deferred = item["defer_loading"]
+        tool = function_tool(
+            item["name"],
+            item["description"],
+            item["input_schema"],
+            item["strict"],
+            defer_loading=deferred.boolean() if deferred.present else False,
+        )
+        add_tool(tools, tool, item["name"])
+    return tools, server_tools
+
+
+def _tool_choice(
+    field: Field, tools: list[dict[str, Any]], server_tools: set[str]
+) -> tuple[str | dict[str, Any], bool]:
+    """``(tool_choice, parallel_tool_calls)`` in OpenAI terms."""
+    if not field.present:
+        return ("auto" if tools else "none"), True
+    kind = field["type"].choice(("auto", "any", "tool", "none"))
+    choice: str | dict[str, Any]
+    if kind == "tool":
+        name = field["name"]
+        if name.value in server_tools:
+            raise name.error(f"names the server tool {name.value!r}, which dsmlkit does not run")
+        choice = named_choice(name, tools)
+    else:
+        choice = {"auto": "auto", "any": "required", "none": "none"}[kind]
+    check_choice_has_tools(choice, tools, field)
+    no_parallel = field["disable_parallel_tool_use"]
+    return choice, not (no_parallel.present and no_parallel.boolean())
+
+
+def _thinking(field: Field) -> bool:
+    """Thinking mode for ``enabled``/``adaptive``; chat mode when disabled or absent."""
+    if not field.present:
+        return False
+    kind = field["type"].choice(("enabled", "disabled", "adaptive"))
+    if kind == "enabled" and field["budget_tokens"].present:
+        field["budget_tokens"].integer(minimum=1)  # accepted, cannot be enforced
+    return kind != "disabled"
+
+
+def _output_config(field: Field) -> tuple[str | None, dict[str, Any] | None]:
+    """``(reasoning_effort, response_format)`` from ``output_config``."""
+    if not field.present:
+        return None, None
+    effort = field["effort"].choice(EFFORT_NAMES) if field["effort"].present else None
+    response_format = None
+    if field["format"].present:
+        field["format"]["type"].choice(("json_schema",))
+        schema = dict(field["format"]["schema"].object())
+        response_format = {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": schema},
+        }
+    return effort, response_format
+
+
+# --- responses -------------------------------------------------------------------------
+
+
+def anthropic_usage(usage: Usage | None) -> dict[str, Any]:
+    """Anthropic usage: ``input_tokens`` excludes the cached part of the prompt."""
+    usage = usage or Usage(0, 0)
+    return {
+        "input_tokens": usage.prompt_tokens - usage.cached_tokens,
+        "output_tokens": usage.completion_tokens,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": usage.cached_tokens,
+    }
+
+
+def _stop(finish_reason: FinishReason, stop_sequence: str | None) -> tuple[str, str | None]:
+    """``(stop_reason, stop_sequence)``; a matched stop string turns end_turn into stop_sequence."""
+    reason = STOP_REASONS[finish_reason]
+    if reason == "end_turn" and stop_sequence is not None:
+        return "stop_sequence", stop_sequence
+    return reason, None
+
+
+def anthropic_response(
+    msg: ParsedMessage,
+    req: ChatRequest,
+    *,
+    id: str,
+    usage: Usage | None = None,
+    stop_sequence: str | None = None,
+) -> dict[str, Any]:
+    """A ``message`` for one parsed model output (never with empty ``content``)."""
+    content: list[dict[str, Any]] = []
+    if msg.reasoning:
+        content.append(
+            {"type": "thinking", "thinking": msg.reasoning, "signature": THINKING_SIGNATURE}
+        )
+    if msg.content:
+        content.append({"type": "text", "text": msg.content})
+    content += [
+        {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+        for call in msg.calls
+    ]
+    stop_reason, matched = _stop(msg.finish_reason, stop_sequence)
+    return {
+        "id": id,
+        "type": "message",
+        "role": "assistant",
+        "model": req.model,
+        "content": content or [{"type": "text", "text": ""}],
+        "stop_reason": stop_reason,
+        "stop_sequence": matched,
+        "usage": anthropic_usage(usage),
+    }
+
+
+StreamEvent = tuple[str, dict[str, Any]]
+
+
+class AnthropicStream:
+    """Parser events → Anthropic stream events ``(name, data)`` for one streamed message.
+
+    Call :meth:`start`, then :meth:`feed` with each batch of parser events (including the
+    ``close()`` events), then :meth:`finish`. Frame each event with ``sse_anthropic``.
+    ``usage`` given here is the prompt's (reported in ``message_start``).
+    """
+
+    def __init__(self, req: ChatRequest, *, id: str, usage: Usage | None = None) -> None:
+        self._req = req
+        self._id = id
+        self._prompt_usage = usage
+        self._collector = MessageCollector()
+        self._message: ParsedMessage | None = None
+        self._open: str | None = None  # type of the open block
+        self._blocks = 0  # blocks started so far; the open one has index _blocks - 1
+
+    def start(self) -> list[StreamEvent]:
+        """``message_start``."""
+        message: dict[str, Any] = {
+            "id": self._id,
+            "type": "message",
+            "role": "assistant",
+            "model": self._req.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": anthropic_usage(self._prompt_usage),
+        }
+        return [("message_start", {"type": "message_start", "message": message})]
+
+    def feed(self, events: Sequence[Event]) -> list[StreamEvent]:
+        """Stream events for a batch of parser events."""
+        self._collector.add(list(events))
+        out: list[StreamEvent] = []
+        for event in coalesce(events):
+            if isinstance(event, ReasoningDelta):
+                out += self._ensure_open("thinking", {"thinking": "", "signature": ""})
+                out.append(self._delta({"type": "thinking_delta", "thinking": event.text}))
+            elif isinstance(event, ContentDelta):
+                out += self._ensure_open("text", {"text": ""})
+                out.append(self._delta({"type": "text_delta", "text": event.text}))
+            elif isinstance(event, ToolCallStart):
+                block = {"id": event.id, "name": event.name, "input": {}}
+                out += self._close() + self._open_block("tool_use", block)
+            elif isinstance(event, ArgumentsDelta):
+                out.append(self._delta({"type": "input_json_delta", "partial_json": event.text}))
+            elif isinstance(event, (ReasoningEnd, ToolCallEnd)):
+                out += self._close()
+        return out
+
+    def finish(
+        self, usage: Usage | None = None, stop_sequence: str | None = None
+    ) -> list[StreamEvent]:
+        """Close the last block; then ``message_delta`` (stop reason, usage), ``message_stop``."""
+        self._message = self._collector.message()
+        out = self._close()
+        if not self._blocks:  # an empty completion still has one (empty) text block
+            out += self._open_block("text", {"text": ""}) + self._close()
+        stop_reason, matched = _stop(self._message.finish_reason, stop_sequence)
+        final = anthropic_usage(usage)
+        out.append(
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": stop_reason, "stop_sequence": matched},
+                    "usage": final,
+                },
+            )
+        )
+        out.append(("message_stop", {"type": "message_stop"}))
+        return out
+
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        """The parser's diagnostics and tool_choice's report (after :meth:`finish`)."""
+        if self._message is None:
+            raise RuntimeError("diagnostics are known after finish()")
+        return response_diagnostics(self._message, self._req)
+
+    def _delta(self, delta: dict[str, Any]) -> StreamEvent:
+        data = {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}
+        return ("content_block_delta", data)
+
+    def _open_block(self, kind: str, fields: dict[str, Any]) -> list[StreamEvent]:
+        self._open = kind
+        self._blocks += 1
+        block = {"type": kind, **fields}
+        data = {"type": "content_block_start", "index": self._blocks - 1, "content_block": block}
+        return [("content_block_start", data)]
+
+    def _ensure_open(self, kind: str, fields: dict[str, Any]) -> list[StreamEvent]:
+        if self._open == kind:
+            return []
+        return self._close() + self._open_block(kind, fields)
+
+    def _close(self) -> list[StreamEvent]:
+        if self._open is None:
+            return []
+        out: list[StreamEvent] = []
+        if self._open == "thinking":
+            out.append(self._delta({"type": "signature_delta", "signature": THINKING_SIGNATURE}))
+        self._open = None
+        stop = {"type": "content_block_stop", "index": self._blocks - 1}
+        return [*out, ("content_block_stop", stop)]

@@ -1,0 +1,115 @@
+"""Reading a JSON request body field by field, with errors that name the field.
+
+A :class:`Field` is a value plus its path in the request (``messages[3].content[1]``).
+Every accessor either returns the value with the expected JSON type or raises
+:class:`~dsmlkit.api.errors.ApiError` (400) naming that path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from dsmlkit.api.errors import ApiError
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+MISSING: Any = _Missing()
+
+
+@dataclass(frozen=True)
+class Field:
+    """A JSON value found at ``path`` (``MISSING`` when the key was absent)."""
+
+    value: Any
+    path: str
+
+    def __getitem__(self, key: str) -> Field:
+        """The member ``key`` of this object (``MISSING`` when absent)."""
+        member = self.object().get(key, MISSING)
+        return Field(member, f"{self.path}.{key}" if self.path else key)
+
+    @property
+    def present(self) -> bool:
+        """Whether the field was given with a non-null value."""
+        return self.value is not MISSING and self.value is not None
+
+    def error(self, message: str) -> ApiError:
+        """A 400 error about this field."""
+        return ApiError.invalid_request(message, self.path or None)
+
+    def _expect(self, kind: type | tuple[type, ...], what: str) -> Any:
+        if self.value is MISSING:
+            raise self.error(f"is required ({what})")
+        if not isinstance(self.value, kind) or (
+            isinstance(self.value, bool) and bool not in _as_tuple(kind)
+        ):
+            raise self.error(f"must be {what}, got {_json_type(self.value)}")
+        return self.value
+
+    def object(self) -> Mapping[str, Any]:
+        value: Mapping[str, Any] = self._expect(Mapping, "an object")
+        return value
+
+    def array(self) -> list[Field]:
+        items: list[Any] = self._expect(list, "an array")
+        return [Field(item, f"{self.path}[{i}]") for i, item in enumerate(items)]
+
+    def string(self) -> str:
+        value: str = self._expect(str, "a string")
+        return value
+
+    def nonempty_string(self) -> str:
+        value = self.string()
+        if not value:
+            raise self.error("must not be empty")
+        return value
+
+    def boolean(self) -> bool:
+        value: bool = self._expect(bool, "true or false")
+        return value
+
+    def integer(self, minimum: int | None = None) -> int:
+        value: int = self._expect(int, "an integer")
+        if minimum is not None and value < minimum:
+            raise self.error(f"must be at least {minimum}, got {value}")
+        return value
+
+    def number(self) -> float | int:
+        value: float | int = self._expect((int, float), "a number")
+        return value
+
+    def choice(self, allowed: Collection[str]) -> str:
+        value = self.string()
+        if value not in allowed:
+            raise self.error(f"must be one of {', '.join(sorted(allowed))}; got {value!r}")
+        return value
+
+    def type_tag(self) -> str:
+        """The ``type`` member of an object (a content part or block)."""
+        return self["type"].nonempty_string()
+
+
+def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kind if isinstance(kind, tuple) else (kind,)
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, Mapping):
+        return "an object"
+    return type(value).__name__

@@ -1,0 +1,403 @@
+"""OpenAI Chat Completions: request body → :class:`ChatRequest`; parser events → responses.
+
+Non-streaming: :func:`openai_response` builds a ``chat.completion``. Streaming:
+:class:`OpenAIStream` folds parser events into ``chat.completion.chunk`` dicts (api.md §1.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from dsmlkit.api.common import (
+    EFFORT_NAMES,
+    ChatRequest,
+    ToolAnswers,
+    Usage,
+    add_tool,
+    arguments_text,
+    check_choice_has_tools,
+    coalesce,
+    collapse_text,
+    function_tool,
+    named_choice,
+    read_numbers,
+    read_stop,
+    request_root,
+    response_diagnostics,
+    tool_name,
+    tool_reference_part,
+)
+from dsmlkit.api.fields import Field
+from dsmlkit.dialects import Dialect, get_dialect
+from dsmlkit.parse import (
+    ArgumentsDelta,
+    ContentDelta,
+    Diagnostic,
+    Event,
+    MessageCollector,
+    ParsedMessage,
+    ReasoningDelta,
+    ToolCall,
+    ToolCallStart,
+)
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+SAMPLING_NUMBERS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+)
+
+
+# --- requests --------------------------------------------------------------------------
+
+
+def parse_openai_request(body: Any, *, dialect: str | Dialect = "v4.1") -> ChatRequest:
+    """Validate a Chat Completions body and convert it; raises :class:`ApiError` (400)."""
+    root = request_root(body)
+    model = root["model"].nonempty_string()
+    tools = _tools(root["tools"])
+    messages = _messages(root["messages"])
+    tool_choice = _tool_choice(root["tool_choice"], tools)
+    thinking, effort = _thinking(root)
+    add_generation_prompt, continue_final_message = _prefill(root, messages)
+    if root["n"].present and root["n"].integer() != 1:
+        raise root["n"].error("only n=1 is supported")
+    stream = root["stream"].boolean() if root["stream"].present else False
+    options = root["stream_options"]
+    include_usage = (
+        options.present and options["include_usage"].present and options["include_usage"].boolean()
+    )
+    return ChatRequest(
+        api="openai",
+        model=model,
+        dialect=get_dialect(dialect).name,
+        messages=messages,
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=(
+            root["parallel_tool_calls"].boolean() if root["parallel_tool_calls"].present else True
+        ),
+        thinking=thinking,
+        reasoning_effort=effort,
+        response_format=_response_format(root["response_format"]),
+        add_generation_prompt=add_generation_prompt,
+        continue_final_message=continue_final_message,
+        stream=stream,
+        include_usage=include_usage,
+        sampling=_sampling(root),
+    )
+
+
+def _messages(field: Field) -> list[dict[str, Any]]:
+    items = field.array()
+    if not items:
+        raise field.error("must hold at least one message")
+    answers = ToolAnswers()
+    messages: list[dict[str, Any]] = []
+    for item in items:
+        role = item["role"].choice(ROLES)
+        if role == "assistant":
+            message = _assistant(item)
+            answers.calls_made([call["id"] for call in message.get("tool_calls", ())])
+        elif role == "tool":
+            message = _tool_result(item, answers)
+        else:
+            allowed = ("text", "image_url") if role == "user" else ("text",)
+            message = {"role": role, "content": collapse_text(_parts(item["content"], allowed))}
+        if role != "tool" and item["name"].present:
+            message["name"] = item["name"].string()
+        messages.append(message)
+    return messages
+
+
+def _parts(content: Field, allowed: Sequence[str]) -> list[dict[str, Any]]:
+    """Content (a string or a list of parts) as canonical parts of the ``allowed`` types."""
+    if isinstance(content.value, str):
+        return [{"type": "text", "text": content.value}] if content.value else []
+    if not isinstance(content.value, list):
+        raise content.error("must be a string or an array of content parts")
+    parts: list[dict[str, Any]] = []
+    for part in content.array():
+        kind = part.type_tag()
+        if kind not in allowed:
+            raise part.error(f"{kind!r} parts are not supported here; use {', '.join(allowed)}")
+        if kind in ("text", "refusal"):
+            parts.append({"type": "text", "text": part[kind].string()})
+        elif kind == "image_url":
+            url = part["image_url"]["url"].nonempty_string()
+            parts.append({"type": "image_url", "image_url": {"url": url}})
+        else:
+            parts.append(tool_reference_part(part))
+    return parts
+
+
+def _assistant(item: Field) -> dict[str, Any]:
+    content = item["content"]
+    text = None
+    if content.present:
+        text = "".join(part["text"] for part in _parts(content, ("text", "refusal")))
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    reasoning = (
+        item["reasoning_content"] if item["reasoning_content"].present else item["reasoning"]
+    )
+    if reasoning.present:
+        message["reasoning_content"] = reasoning.string()
+    if item["tool_calls"].present:
+        calls = [_history_call(call) for call in item["tool_calls"].array()]
+        ids = [call["id"] for call in calls]
+        if len(set(ids)) != len(ids):
+            raise item["tool_calls"].error("two tool calls share an id")
+        if calls:
+            message["tool_calls"] = calls
+    return message
+
+
+def _history_call(call: Field) -> dict[str, Any]:
+    if call["type"].present:
+        call["type"].choice(("function",))
+    function = call["function"]
+    return {
+        "id": call["id"].nonempty_string(),
+        "type": "function",
+        "function": {
+            "name": tool_name(function["name"]),
+            "arguments": arguments_text(function["arguments"]),
+        },
+    }
+
+
+def _tool_result(item: Field, answers: ToolAnswers) -> dict[str, Any]:
+    call_id = item["tool_call_id"]
+    content = item["content"]
+    message: dict[str, Any] = {
+        "role": "tool",
+        "tool_call_id": answers.answer(
+            call_id.nonempty_string() if call_id.present else None, call_id
+        ),
+        "content": content.value
+        if isinstance(content.value, str)
+        else (_parts(content, ("text", "tool_reference")) or ""),
+    }
+    if item["is_error"].present and item["is_error"].boolean():
+        message["is_error"] = True
+    return message
+
+
+def _tools(field: Field) -> list[dict[str, Any]]:
+    tools: list[dict[str, Any]] = []
+    if not field.present:
+        return tools
+    for item in field.array():
+        item["type"].choice(("function",))
+        function = item["function"]
+        deferred = [f for f in (item["defer_loading"], function["defer_loading"]) if f.present]
+        tool = function_tool(
+            function["name"],
+            function["description"],
+            function["parameters"],
+            function["strict"],
+            defer_loading=any(flag.boolean() for flag in deferred),
+        )
+        add_tool(tools, tool, function["name"])
+    return tools
+
+
+def _tool_choice(field: Field, tools: list[dict[str, Any]]) -> str | dict[str, Any]:
+    if not field.present:
+        return "auto" if tools else "none"
+    choice: str | dict[str, Any]
+    if isinstance(field.value, str):
+        choice = field.choice(("none", "auto", "required"))
+    else:
+        field["type"].choice(("function",))
+        choice = named_choice(field["function"]["name"], tools)
+    check_choice_has_tools(choice, tools, field)
+    return choice
+
+
+def _thinking(root: Field) -> tuple[bool, str | int | None]:
+    """Thinking mode and effort from ``reasoning_effort`` and the thinking switches."""
+    thinking = True
+    effort: str | int | None = None
+    field = root["reasoning_effort"]
+    if field.present:
+        if isinstance(field.value, int) and not isinstance(field.value, bool):
+            effort = field.integer(minimum=1)
+            if effort > 100:
+                raise field.error("an integer effort must be 1-100")
+        else:
+            name = field.choice(("none", "minimal", *EFFORT_NAMES))
+            thinking = name != "none"
+            effort = None if name == "none" else "low" if name == "minimal" else name
+    kwargs = root["chat_template_kwargs"]
+    if kwargs.present and kwargs["thinking"].present:
+        thinking = kwargs["thinking"].boolean()
+        if thinking and field.value == "none":
+            raise kwargs["thinking"].error("contradicts reasoning_effort 'none' (chat mode)")
+    return thinking, effort
+
+
+def _response_format(field: Field) -> dict[str, Any] | None:
+    if not field.present:
+        return None
+    kind = field["type"].choice(("text", "json_object", "json_schema"))
+    if kind == "text":
+        return None
+    if kind == "json_schema":
+        field["json_schema"]["schema"].object()
+    return dict(field.object())
+
+
+def _prefill(root: Field, messages: list[dict[str, Any]]) -> tuple[bool, bool]:
+    """``(add_generation_prompt, continue_final_message)``."""
+    cont = root["continue_final_message"]
+    gen = root["add_generation_prompt"]
+    continue_final = cont.boolean() if cont.present else False
+    if continue_final and messages[-1]["role"] != "assistant":
+        raise cont.error("needs the last message to be an assistant message to continue")
+    add_generation = gen.boolean() if gen.present else not continue_final
+    if continue_final and add_generation:
+        raise gen.error("cannot be true together with continue_final_message")
+    return add_generation, continue_final
+
+
+def _sampling(root: Field) -> dict[str, Any]:
+    sampling: dict[str, Any] = {}
+    limit = root["max_completion_tokens"]
+    if not limit.present:
+        limit = root["max_tokens"]
+    if limit.present:
+        sampling["max_tokens"] = limit.integer(minimum=1)
+    sampling.update(read_numbers(root, SAMPLING_NUMBERS))
+    if root["stop"].present:
+        sampling["stop"] = read_stop(root["stop"])
+    if root["seed"].present:
+        sampling["seed"] = root["seed"].integer()
+    return sampling
+
+
+# --- responses -------------------------------------------------------------------------
+
+
+def openai_usage(usage: Usage) -> dict[str, Any]:
+    """The ``usage`` object of a completion."""
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
+    }
+
+
+def _tool_call(call: ToolCall) -> dict[str, Any]:
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments_json},
+    }
+
+
+def openai_response(
+    msg: ParsedMessage, req: ChatRequest, *, id: str, created: int, usage: Usage | None = None
+) -> dict[str, Any]:
+    """A ``chat.completion`` for one parsed model output."""
+    message: dict[str, Any] = {"role": "assistant", "content": msg.content or None}
+    if msg.reasoning:
+        message["reasoning_content"] = msg.reasoning
+    if msg.calls:
+        message["tool_calls"] = [_tool_call(call) for call in msg.calls]
+    body: dict[str, Any] = {
+        "id": id,
+        "object": "chat.completion",
+        "created": created,
+        "model": req.model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": msg.finish_reason, "logprobs": None}
+        ],
+    }
+    if usage is not None:
+        body["usage"] = openai_usage(usage)
+    return body
+
+
+class OpenAIStream:
+    """Parser events → ``chat.completion.chunk`` dicts for one streamed completion.
+
+    Call :meth:`start`, then :meth:`feed` with each batch of parser events (including the
+    ``close()`` events), then :meth:`finish`. Frame each chunk with ``sse_openai`` and end
+    with ``SSE_DONE``.
+    """
+
+    def __init__(self, req: ChatRequest, *, id: str, created: int) -> None:
+        self._req = req
+        self._head = {"id": id, "object": "chat.completion.chunk", "created": created}
+        self._collector = MessageCollector()
+        self._message: ParsedMessage | None = None
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        chunk: dict[str, Any] = {
+            **self._head,
+            "model": self._req.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+        }
+        if self._req.include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def start(self) -> list[dict[str, Any]]:
+        """The first chunk: the assistant role."""
+        return [self._chunk({"role": "assistant", "content": None})]
+
+    def feed(self, events: Sequence[Event]) -> list[dict[str, Any]]:
+        """Chunks for a batch of parser events."""
+        self._collector.add(list(events))
+        chunks = []
+        for event in coalesce(events):
+            delta = _delta(event)
+            if delta is not None:
+                chunks.append(self._chunk(delta))
+        return chunks
+
+    def finish(self, usage: Usage | None = None) -> list[dict[str, Any]]:
+        """The finish chunk, then the usage chunk when the client asked for usage."""
+        self._message = self._collector.message()
+        chunks = [self._chunk({}, self._message.finish_reason)]
+        if self._req.include_usage:
+            if usage is None:
+                raise ValueError("this stream reports usage (include_usage): pass usage")
+            chunks.append(
+                {
+                    **self._head,
+                    "model": self._req.model,
+                    "choices": [],
+                    "usage": openai_usage(usage),
+                }
+            )
+        return chunks
+
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        """The parser's diagnostics and tool_choice's report (after :meth:`finish`)."""
+        if self._message is None:
+            raise RuntimeError("diagnostics are known after finish()")
+        return response_diagnostics(self._message, self._req)
+
+
+def _delta(event: Event) -> dict[str, Any] | None:
+    if isinstance(event, ContentDelta):
+        return {"content": event.text}
+    if isinstance(event, ReasoningDelta):
+        return {"reasoning_content": event.text}
+    if isinstance(event, ToolCallStart):
+        function = {"name": event.name, "arguments": ""}
+        call = {"index": event.index, "id": event.id, "type": "function", "function": function}
+        return {"tool_calls": [call]}
+    if isinstance(event, ArgumentsDelta):
+        return {"tool_calls": [{"index": event.index, "function": {"arguments": event.text}}]}
+    return None
