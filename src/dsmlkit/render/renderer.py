@@ -1,0 +1,553 @@
+"""Render a conversation into the exact prompt DeepSeek's reference encoders produce.
+
+Two families share the helpers here:
+
+* **V3.2**: every user turn carries its own ``<｜Assistant｜>`` header; tool results follow
+  the assistant turn as ``<function_results>`` and are matched to calls by position.
+* **V4 / V4.1**: tool messages become ``<tool_result>`` blocks of a user turn (sorted into
+  call order), consecutive user turns merge, a header follows a user turn only when an
+  assistant turn (or the end) comes next, and tools anywhere keep all reasoning in
+  history. V4.1 adds ``<｜System｜>``, numeric effort budgets and spaced DSML tags.
+
+The behaviour is specified in ``shared/spec/rendering.md``; ``docs/rendering.md`` explains
+the options.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, TypeVar
+
+from dsmlkit.dialects import BOS, EOS, MARKER, THINK_CLOSE, THINK_OPEN, V3_2, V4_1, Dialect
+from dsmlkit.dialects import get_dialect as _lookup_dialect
+from dsmlkit.errors import InvalidRequest
+from dsmlkit.render.builder import Piece, PromptBuilder
+from dsmlkit.render.conversation import (
+    HistoryCall,
+    ImagePart,
+    Message,
+    Part,
+    TextPart,
+    Tool,
+    ToolReferencePart,
+    build_conversation,
+)
+from dsmlkit.render.effort import effort_table as _effort_table
+from dsmlkit.render.templates import (
+    ASSISTANT,
+    IMAGE,
+    LATEST_REMINDER,
+    RESPONSE_FORMAT,
+    SYSTEM,
+    TASK_TOKENS,
+    TEMPLATES,
+    USER,
+)
+
+OutputStart = Literal["reasoning", "content"]
+MODES = ("thinking", "chat")
+TOOL_REFERENCE_MODES = ("name", "schema")
+_SEPARATOR = "\n\n"
+
+
+@dataclass(frozen=True)
+class RenderResult:
+    """A rendered prompt and what the parser needs to read the model's answer.
+
+    ``pieces`` concatenate to ``prompt``; a piece flagged True is a special token the
+    template placed (BOS, role tokens, ``<think>``, the ``｜DSML｜`` marker of markup the
+    template wrote, …), False is any other text, above all everything that came from the
+    caller. ``output_starts_in`` says whether the model's output begins inside reasoning
+    (the prompt ends with ``<think>``) or in content. ``notes`` reports things that were
+    rendered in a way worth knowing about.
+    """
+
+    prompt: str
+    pieces: tuple[Piece, ...]
+    output_starts_in: OutputStart
+    stop: tuple[str, ...]
+    notes: tuple[str, ...]
+    dialect: str
+
+
+@dataclass(frozen=True)
+class _Options:
+    dialect: Dialect
+    thinking: bool
+    effort_prefix: str
+    drop_thinking: bool
+    add_generation_prompt: bool
+    continue_final_message: bool
+    tools_section: str
+    schema_references: bool
+
+
+@dataclass
+class _UserTurn:
+    """A V4-family user turn: text/image parts and tool messages, merged in order."""
+
+    blocks: list[Part | Message] = field(default_factory=list)
+    task: str | None = None
+
+
+_TurnT = TypeVar("_TurnT", "_UserTurn | Message", Message)
+
+
+def render(
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None = None,
+    *,
+    dialect: str | Dialect = "v4.1",
+    mode: str = "thinking",
+    reasoning_effort: str | int | None = None,
+    effort_table: str | None = None,
+    drop_thinking: bool | None = None,
+    add_bos: bool = True,
+    add_generation_prompt: bool = True,
+    continue_final_message: bool = False,
+    tool_reference: str = "name",
+    response_format: dict[str, Any] | None = None,
+    template_variant: str | None = None,
+) -> RenderResult:
+    """Render OpenAI-style ``messages`` (and request ``tools``) into a DeepSeek prompt.
+
+    ``mode`` is ``"thinking"`` or ``"chat"``. ``reasoning_effort`` is a level name
+    (low, medium, high, xhigh, max) or, for V4.1, an integer budget 1-100; ``effort_table``
+    picks the checkpoint's table (V4: ``preview`` | ``0731``; V4.1: ``release`` |
+    ``preview``). ``drop_thinking=None`` keeps the reference default (drop reasoning
+    before the last user turn; V4/V4.1 never drop when tools are present).
+    ``tool_reference="schema"`` hides ``defer_loading`` tools from the tools section and
+    shows a referenced tool's definition in its tool result. ``template_variant`` selects
+    the V3.2 tools text: ``official`` (default) or ``compact`` (the vLLM/SGLang copies).
+    Raises :class:`~dsmlkit.errors.InvalidRequest` for any caller mistake.
+    """
+    resolved = _resolve_dialect(dialect)
+    if mode not in MODES:
+        raise InvalidRequest(f"unknown mode {mode!r}; use thinking or chat", "mode")
+    if tool_reference not in TOOL_REFERENCE_MODES:
+        raise InvalidRequest(
+            f"unknown tool_reference mode {tool_reference!r}; use name or schema", "tool_reference"
+        )
+    notes: list[str] = []
+    conversation = build_conversation(messages, tools, response_format, notes)
+    if continue_final_message and conversation[-1].role != "assistant":
+        raise InvalidRequest(
+            "continue_final_message needs a final assistant message to continue", "messages"
+        )
+    _check_dialect_support(conversation, resolved)
+    _check_tool_results(conversation)
+
+    has_tools = any(message.tools for message in conversation)
+    drop = True if drop_thinking is None else drop_thinking
+    if drop and has_tools and resolved is not V3_2:
+        drop = False
+        if drop_thinking:
+            notes.append(
+                "drop_thinking is off: V4 and V4.1 keep all reasoning when tools are present"
+            )
+    options = _Options(
+        dialect=resolved,
+        thinking=mode == "thinking",
+        effort_prefix=_effort_prefix(resolved, effort_table, reasoning_effort, mode),
+        drop_thinking=drop,
+        add_generation_prompt=add_generation_prompt and not continue_final_message,
+        continue_final_message=continue_final_message,
+        tools_section=_tools_section(resolved, template_variant),
+        schema_references=tool_reference == "schema",
+    )
+    writer = _Writer(options, conversation, notes)
+    if add_bos:
+        writer.out.template(BOS)
+    if resolved is V3_2:
+        writer.render_v32(conversation)
+    else:
+        writer.render_v4(conversation)
+    pieces = writer.out.pieces()
+    return RenderResult(
+        prompt="".join(text for text, _ in pieces),
+        pieces=pieces,
+        output_starts_in=writer.starts_in,
+        stop=(EOS,),
+        notes=tuple(notes),
+        dialect=resolved.name,
+    )
+
+
+def _resolve_dialect(dialect: str | Dialect) -> Dialect:
+    try:
+        return _lookup_dialect(dialect)
+    except ValueError as error:
+        raise InvalidRequest(str(error), "dialect") from None
+
+
+def _effort_prefix(
+    dialect: Dialect, table_name: str | None, effort: str | int | None, mode: str
+) -> str:
+    table = _effort_table(dialect.name, table_name)
+    if table is None:
+        if effort is not None:
+            raise InvalidRequest(f"{dialect.name} has no reasoning effort", "reasoning_effort")
+        return ""
+    prefix = table.prefix(effort)
+    return prefix if mode == "thinking" else ""
+
+
+def _tools_section(dialect: Dialect, variant: str | None) -> str:
+    sections = TEMPLATES[dialect.name].tools_sections
+    if variant is None:
+        return next(iter(sections.values()))
+    if variant not in sections:
+        raise InvalidRequest(
+            f"unknown template variant {variant!r} for {dialect.name}; "
+            f"use one of: {', '.join(sections)}",
+            "template_variant",
+        )
+    return sections[variant]
+
+
+def _check_dialect_support(conversation: Sequence[Message], dialect: Dialect) -> None:
+    if dialect is not V3_2:
+        return
+    for message in conversation:
+        if message.role == "latest_reminder":
+            raise InvalidRequest(
+                "the latest_reminder role needs the v4 or v4.1 dialect", f"{message.param}.role"
+            )
+        if message.task is not None:
+            raise InvalidRequest("tasks need the v4 or v4.1 dialect", f"{message.param}.task")
+        for i, part in enumerate(message.parts):
+            if isinstance(part, ImagePart):
+                raise InvalidRequest(
+                    "v3.2 has no image placeholder; images need the v4 or v4.1 dialect",
+                    f"{message.param}.content[{i}]",
+                )
+
+
+def _check_tool_results(conversation: Sequence[Message]) -> None:
+    """Every tool message answers a call of the latest assistant turn, never one too many."""
+    calls: tuple[HistoryCall, ...] = ()
+    answered = 0
+    for message in conversation:
+        if message.role == "assistant":
+            calls, answered = message.tool_calls, 0
+            continue
+        if message.role != "tool":
+            continue
+        answered += 1
+        if answered > len(calls):
+            problem = "more tool results than" if calls else "a tool result without"
+            raise InvalidRequest(
+                f"{problem} tool calls in the preceding assistant message", message.param
+            )
+        call_ids = [call.id for call in calls if call.id]
+        if message.tool_call_id and call_ids and message.tool_call_id not in call_ids:
+            raise InvalidRequest(
+                f"tool_call_id {message.tool_call_id!r} matches no call of the preceding "
+                f"assistant message (its calls: {', '.join(call_ids)})",
+                f"{message.param}.tool_call_id",
+            )
+
+
+class _Writer:
+    """Writes one conversation; holds the options, the output and the notes."""
+
+    def __init__(self, options: _Options, conversation: Sequence[Message], notes: list[str]):
+        self.options = options
+        self.notes = notes
+        self.out = PromptBuilder()
+        self.starts_in: OutputStart = "content"
+        self.tools_by_name: dict[str, Tool] = {
+            tool.name: tool for message in conversation for tool in message.tools
+        }
+        self._closing_sequence = _closing_sequence_pattern(options.dialect)
+
+    # -- V3.2 ---------------------------------------------------------------------------
+
+    def render_v32(self, conversation: Sequence[Message]) -> None:
+        options = self.options
+        messages = self._drop_reasoning(conversation, _last_user_v32(conversation))
+        last_user = _last_user_v32(messages)
+        for i, message in enumerate(messages):
+            is_last = i == len(messages) - 1
+            wants_header = options.add_generation_prompt or not is_last
+            opens_reasoning = options.thinking and i == last_user
+            if message.role == "system":
+                self.out.text(message.text())
+                self._system_extras(message)
+            elif message.role in ("user", "developer"):
+                self.out.template(USER)
+                if message.role == "developer":
+                    self._system_extras(message)
+                    self.out.template("\n\n# The user's message is: ")
+                self.out.text(message.text())
+                if wants_header:
+                    self._header(opens_reasoning)
+            elif message.role == "tool":
+                if messages[i - 1].role != "tool":
+                    self.out.template("\n\n<function_results>")
+                self.out.template("\n<result>")
+                self._tool_result_body(message)
+                self.out.template("</result>")
+                if is_last or messages[i + 1].role != "tool":
+                    self.out.template("\n</function_results>")
+                    if wants_header:
+                        self.out.template("\n\n")
+                        self._think_token(options.thinking and i >= last_user)
+            else:
+                self._assistant(message, options.thinking and i > last_user, is_last)
+
+    # -- V4 / V4.1 ----------------------------------------------------------------------
+
+    def render_v4(self, conversation: Sequence[Message]) -> None:
+        options = self.options
+        turns = _merge_user_turns(conversation)
+        last_user = self._last_user_v4(turns)
+        turns = self._drop_reasoning(turns, last_user)
+        last_user = self._last_user_v4(turns)
+        is_v41 = options.dialect is V4_1
+        for i, turn in enumerate(turns):
+            is_last = i == len(turns) - 1
+            role = "user" if isinstance(turn, _UserTurn) else turn.role
+            if i == 0:
+                if is_v41 and (options.effort_prefix or role == "system"):
+                    self.out.template(SYSTEM)
+                self.out.template(options.effort_prefix)
+            if isinstance(turn, _UserTurn):
+                self.out.template(USER)
+                self._user_blocks(turn.blocks)
+            elif role == "system":
+                if is_v41 and i > 0:
+                    self.out.template(SYSTEM)
+                self.out.text(turn.text())
+                self._system_extras(turn)
+            elif role == "developer":
+                self.out.template(USER)
+                self.out.text(turn.text())
+                self._system_extras(turn)
+            elif role == "latest_reminder":
+                self.out.template(LATEST_REMINDER)
+                self.out.text(turn.text())
+            else:
+                previous = turns[i - 1] if i else None
+                after_task = isinstance(previous, _UserTurn) and previous.task is not None
+                with_reasoning = (
+                    options.thinking
+                    and not after_task
+                    and (not options.drop_thinking or i > last_user)
+                )
+                self._assistant(turn, with_reasoning, is_last)
+
+            if is_last and not options.add_generation_prompt:
+                continue
+            if not is_last and _role_of(turns[i + 1]) not in ("assistant", "latest_reminder"):
+                continue
+            task = turn.task
+            opens_reasoning = options.thinking and (not options.drop_thinking or i >= last_user)
+            if task == "action":
+                self.out.template(ASSISTANT)
+                self.out.template(THINK_OPEN if options.thinking else THINK_CLOSE)
+                self.out.template(TASK_TOKENS[task])
+                self.starts_in = "content"
+            elif task is not None:
+                self.out.template(TASK_TOKENS[task])
+                self.starts_in = "content"
+            elif role in ("user", "developer") or (is_v41 and role == "system" and i > 0):
+                self._header(opens_reasoning)
+
+    def _last_user_v4(self, turns: Sequence[_UserTurn | Message]) -> int:
+        is_v41 = self.options.dialect is V4_1
+        for i in range(len(turns) - 1, -1, -1):
+            role = _role_of(turns[i])
+            if role in ("user", "developer") or (is_v41 and role == "system" and i > 0):
+                return i
+        return -1
+
+    # -- shared pieces ------------------------------------------------------------------
+
+    def _drop_reasoning(self, turns: Sequence[_TurnT], last_user: int) -> list[_TurnT]:
+        """Thinking mode with dropping: reasoning and developer turns before the last user go."""
+        if not (self.options.thinking and self.options.drop_thinking):
+            return list(turns)
+        kept: list[_TurnT] = []
+        for i, turn in enumerate(turns):
+            if i >= last_user or isinstance(turn, _UserTurn):
+                kept.append(turn)
+            elif turn.role == "assistant":
+                kept.append(replace(turn, reasoning=None))
+            elif turn.role != "developer":
+                kept.append(turn)
+        return kept
+
+    def _header(self, opens_reasoning: bool) -> None:
+        self.out.template(ASSISTANT)
+        self._think_token(opens_reasoning)
+
+    def _think_token(self, opens_reasoning: bool) -> None:
+        self.out.template(THINK_OPEN if opens_reasoning else THINK_CLOSE)
+        self.starts_in = "reasoning" if opens_reasoning else "content"
+
+    def _system_extras(self, message: Message) -> None:
+        visible = [
+            tool for tool in message.tools if not (tool.deferred and self.options.schema_references)
+        ]
+        if visible:
+            before, after = self.options.tools_section.split("{tool_schemas}")
+            self.out.template(_SEPARATOR + before)
+            self.out.text("\n".join(tool.schema_line() for tool in visible))
+            self.out.template(after)
+        if message.response_format is not None:
+            before, after = RESPONSE_FORMAT.split("{schema}")
+            self.out.template(_SEPARATOR + before)
+            self.out.text(_json(message.response_format))
+            self.out.template(after)
+
+    def _user_blocks(self, blocks: Sequence[Part | Message]) -> None:
+        for i, block in enumerate(blocks):
+            if i:
+                self.out.template(_SEPARATOR)
+            if isinstance(block, Message):
+                self.out.template("<tool_result>")
+                self._tool_result_body(block)
+                self.out.template("</tool_result>")
+            else:
+                self._part(block)
+
+    def _part(self, part: Part) -> None:
+        if isinstance(part, TextPart):
+            self.out.text(part.text)
+        elif isinstance(part, ImagePart):
+            self.out.template(IMAGE)
+        else:
+            self.out.text(self._reference(part))
+
+    def _tool_result_body(self, message: Message) -> None:
+        """References first, then the other parts, separated by blank lines."""
+        ordered = sorted(message.parts, key=lambda part: not isinstance(part, ToolReferencePart))
+        for i, part in enumerate(ordered):
+            if i:
+                self.out.template(_SEPARATOR)
+            self._part(part)
+
+    def _reference(self, reference: ToolReferencePart) -> str:
+        tool = self.tools_by_name.get(reference.name)
+        if tool is None:
+            self.notes.append(
+                f"tool_reference to {reference.name!r}, which no tool definition names; "
+                "rendered as the bare name"
+            )
+            return reference.name
+        if tool.deferred and self.options.schema_references:
+            return tool.schema_line()
+        return tool.name
+
+    def _assistant(self, message: Message, with_reasoning: bool, is_last: bool) -> None:
+        continuing = is_last and self.options.continue_final_message
+        reasoning = message.reasoning or ""
+        content = message.text()
+        self.starts_in = "content"
+        if with_reasoning:
+            self.out.text(reasoning)
+            if continuing and reasoning and not content and not message.tool_calls:
+                self.starts_in = "reasoning"
+            else:
+                self.out.template(THINK_CLOSE)
+        self.out.text(content)
+        if message.tool_calls:
+            self._calls_block(message)
+        if not (message.wo_eos or continuing):
+            self.out.template(EOS)
+
+    def _calls_block(self, message: Message) -> None:
+        dialect = self.options.dialect
+        self.out.template(f"\n\n<{MARKER}{dialect.block}>\n")
+        for i, call in enumerate(message.tool_calls):
+            if i:
+                self.out.template("\n")
+            self.out.template(f'<{MARKER}{dialect.invoke} name="')
+            self.out.text(call.name)
+            self.out.template('">\n')
+            for j, (key, value) in enumerate(call.arguments.items()):
+                is_string = isinstance(value, str)
+                text = value if is_string else _json(value)
+                if self._closing_sequence.search(text):
+                    self.notes.append(
+                        f"{message.param}.tool_calls[{i}]: parameter {key!r} holds the whole "
+                        "DSML closing sequence, which the text format cannot represent; "
+                        "a parser may end the call there"
+                    )
+                if j:
+                    self.out.template("\n")
+                self.out.template(f'<{MARKER}{dialect.parameter} name="')
+                self.out.text(str(key))
+                self.out.template(f'" string="{"true" if is_string else "false"}">')
+                self.out.text(text)
+                self.out.template(f"</{MARKER}{dialect.parameter}>")
+            self.out.template(f"\n</{MARKER}{dialect.invoke}>")
+        self.out.template(f"\n</{MARKER}{dialect.block}>")
+
+
+def _merge_user_turns(conversation: Sequence[Message]) -> list[_UserTurn | Message]:
+    """V4-family user turns: tool messages and user messages merge, results sort by call."""
+    turns: list[_UserTurn | Message] = []
+    call_order: dict[str, int] = {}
+    for message in conversation:
+        previous = turns[-1] if turns else None
+        if message.role == "assistant":
+            if message.tool_calls:
+                call_order = {call.id: i for i, call in enumerate(message.tool_calls) if call.id}
+            turns.append(message)
+        elif message.role == "tool":
+            if not isinstance(previous, _UserTurn):
+                previous = _UserTurn()
+                turns.append(previous)
+            previous.blocks.append(message)
+        elif message.role == "user":
+            if not isinstance(previous, _UserTurn) or previous.task is not None:
+                previous = _UserTurn()
+                turns.append(previous)
+            previous.blocks.extend(message.parts)
+            previous.task = message.task or previous.task
+        else:
+            turns.append(message)
+        if call_order and isinstance(turns[-1], _UserTurn):
+            _sort_results(turns[-1], call_order)
+    return turns
+
+
+def _sort_results(turn: _UserTurn, call_order: Mapping[str, int]) -> None:
+    """Put a turn's tool results in the order of the calls they answer (stable)."""
+    slots = [i for i, block in enumerate(turn.blocks) if isinstance(block, Message)]
+    if len(slots) < 2:
+        return
+    results = [block for block in turn.blocks if isinstance(block, Message)]
+    results.sort(key=lambda result: call_order.get(result.tool_call_id or "", 0))
+    for slot, result in zip(slots, results, strict=True):
+        turn.blocks[slot] = result
+
+
+def _role_of(turn: _UserTurn | Message) -> str:
+    return "user" if isinstance(turn, _UserTurn) else turn.role
+
+
+def _last_user_v32(messages: Sequence[Message]) -> int:
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].role in ("user", "developer"):
+            return i
+    return -1
+
+
+def _closing_sequence_pattern(dialect: Dialect) -> re.Pattern[str]:
+    """``</P> </I> </B>`` (any whitespace, either marker spelling): a call ends there."""
+    marker = f"(?:{re.escape(MARKER)}|\\|DSML\\|)"
+    closers = [
+        f"</{marker}{re.escape(name)}>"
+        for name in (dialect.parameter, dialect.invoke, dialect.block)
+    ]
+    return re.compile(r"\s*".join(closers))
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
