@@ -1,17 +1,197 @@
-"""``dsmlkit render``: placeholder until its issue lands."""
+"""``dsmlkit render``: print the exact DeepSeek prompt for a conversation.
+
+Input (FILE or stdin, UTF-8 JSON): a list of messages, or an object with ``messages`` and
+optionally ``tools``, ``thinking_mode``, ``reasoning_effort`` and ``context`` (the form of the
+reference encoders' test inputs; ``context`` must be null). With ``--api openai|anthropic``
+the input is a full Chat Completions or Messages request body, converted by
+:mod:`dsmlkit.api`.
+
+Precedence: a flag given on the command line wins over the same setting in the input
+(``thinking_mode``/``reasoning_effort`` of the object form, or the request body's own
+thinking, effort and prefill settings); what neither gives takes the renderer's default.
+
+Output: the prompt, byte for byte as UTF-8, nothing added. ``--tokens`` prints JSON
+``{"prompt", "token_ids", "output_starts_in"}`` instead.
+
+Exit codes: 0 success; 1 the conversation or an option value is invalid (message on
+stderr); 2 usage errors (bad flags, unreadable FILE or ``--tokenizer`` path).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import warnings
 from typing import Any
+
+from dsmlkit.api import request_to_render_input
+from dsmlkit.dialects import DIALECTS
+from dsmlkit.errors import DsmlkitError, InvalidRequest
+from dsmlkit.render import RenderResult, render
+
+PROG = "dsmlkit render"
+#: Keys of the object input form (the reference encoders' test-input layout).
+INPUT_KEYS = ("messages", "tools", "thinking_mode", "reasoning_effort", "context")
+
+
+class UsageError(Exception):
+    """A command-line problem: exit code 2."""
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("render", help="(not available yet)")
+    parser = subparsers.add_parser(
+        "render",
+        help="print the exact DeepSeek prompt for a conversation",
+        description="Render a conversation into the exact DeepSeek prompt text (or token ids).",
+        epilog="Flags given explicitly win over settings carried by the input.",
+    )
+    parser.add_argument("--dialect", required=True, choices=list(DIALECTS))
+    parser.add_argument("--mode", choices=("thinking", "chat"), help="default: thinking")
+    parser.add_argument(
+        "--reasoning-effort",
+        metavar="E",
+        help="an effort name (low, medium, high, xhigh, max) or, for v4.1, an integer 1-100",
+    )
+    parser.add_argument(
+        "--effort-table",
+        metavar="NAME",
+        help="the checkpoint's effort table: v4 preview|0731, v4.1 release (default)|preview",
+    )
+    parser.add_argument(
+        "--keep-thinking", action="store_true", help="keep the reasoning of earlier turns"
+    )
+    parser.add_argument("--no-bos", action="store_true", help="leave out the BOS token")
+    parser.add_argument(
+        "--no-generation-prompt",
+        action="store_true",
+        help="end after the last message instead of opening the assistant turn",
+    )
+    parser.add_argument("--tool-reference", choices=("name", "schema"))
+    parser.add_argument(
+        "--api",
+        choices=("openai", "anthropic"),
+        help="the input is a full request body of this API",
+    )
+    parser.add_argument(
+        "--tokens",
+        action="store_true",
+        help='print JSON {"prompt", "token_ids", "output_starts_in"}',
+    )
+    parser.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="tokenizer.json or model folder for --tokens (default: the bundled V4 tokenizer)",
+    )
+    parser.add_argument("file", nargs="?", metavar="FILE", help="input JSON (default: stdin)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    print("dsmlkit render is not available in this build yet", file=sys.stderr)
-    return 2
+    try:
+        if args.tokenizer and not args.tokens:
+            raise UsageError("--tokenizer needs --tokens")
+        raw = _read_input(args.file)
+        messages, tools, options = _conversation(args, raw)
+        result = render(messages, tools, **options)
+        output = _token_json(result, args.tokenizer) if args.tokens else result.prompt
+    except UsageError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 2
+    except DsmlkitError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.buffer.write(output.encode("utf-8"))
+    sys.stdout.buffer.flush()
+    return 0
+
+
+def _read_input(path: str | None) -> bytes:
+    if path is None or path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def _conversation(args: argparse.Namespace, raw: bytes) -> tuple[Any, Any, dict[str, Any]]:
+    """Messages, tools and render options from the input and the flags (flags win)."""
+    try:
+        body = json.loads(raw.decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidRequest(f"the input is not UTF-8 JSON: {exc}") from exc
+    if args.api:
+        messages, tools, options = request_to_render_input(args.api, body, dialect=args.dialect)
+    else:
+        messages, tools, options = _plain_input(body)
+    options.update(_flag_options(args))
+    return messages, tools, options
+
+
+def _plain_input(body: Any) -> tuple[Any, Any, dict[str, Any]]:
+    if isinstance(body, list):
+        return body, None, {}
+    if not isinstance(body, dict) or "messages" not in body:
+        raise InvalidRequest(
+            "the input must be a JSON list of messages or an object with 'messages'", "messages"
+        )
+    unknown = sorted(set(body) - set(INPUT_KEYS))
+    if unknown:
+        raise InvalidRequest(
+            f"unknown input keys {unknown}; the object form takes {list(INPUT_KEYS)}", unknown[0]
+        )
+    if body.get("context") is not None:
+        raise InvalidRequest(
+            "'context' (messages already encoded earlier) is not supported; "
+            "put those messages at the start of 'messages'",
+            "context",
+        )
+    options: dict[str, Any] = {}
+    if body.get("thinking_mode") is not None:
+        options["mode"] = body["thinking_mode"]
+    if body.get("reasoning_effort") is not None:
+        options["reasoning_effort"] = body["reasoning_effort"]
+    return body["messages"], body.get("tools"), options
+
+
+def _flag_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The render options the command line sets explicitly."""
+    options: dict[str, Any] = {"dialect": args.dialect}
+    if args.mode is not None:
+        options["mode"] = args.mode
+    if args.reasoning_effort is not None:
+        effort = args.reasoning_effort.strip()
+        options["reasoning_effort"] = int(effort) if effort.isdigit() else effort
+    if args.effort_table is not None:
+        options["effort_table"] = args.effort_table
+    if args.keep_thinking:
+        options["drop_thinking"] = False
+    if args.no_bos:
+        options["add_bos"] = False
+    if args.no_generation_prompt:
+        options["add_generation_prompt"] = False
+    if args.tool_reference is not None:
+        options["tool_reference"] = args.tool_reference
+    return options
+
+
+def _token_json(result: RenderResult, tokenizer_path: str | None) -> str:
+    from dsmlkit.render.tokens import load_tokenizer
+
+    try:
+        tokenizer = load_tokenizer(tokenizer_path)
+    except InvalidRequest as exc:
+        raise UsageError(exc.message) from exc
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        token_ids = tokenizer.encode_prompt(result)
+    for warning in caught:
+        print(f"{PROG}: warning: {warning.message}", file=sys.stderr)
+    document = {
+        "prompt": result.prompt,
+        "token_ids": token_ids,
+        "output_starts_in": result.output_starts_in,
+    }
+    return json.dumps(document, ensure_ascii=False)

