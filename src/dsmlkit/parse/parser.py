@@ -87,8 +87,15 @@ class _EndOfOutput:
 
 
 _EOO: Final = _EndOfOutput()
+
+
+class _CutOff:
+    """Marker: the output was cut off (``length``) inside what may have been a tag."""
+
+
+CUT_OFF: Final = _CutOff()
 _BRACE: Final = "{"
-_Follower = Tag | Pending | _EndOfOutput | str | None
+_Follower = Tag | Pending | _EndOfOutput | _CutOff | str | None
 
 
 def _default_id() -> str:
@@ -261,7 +268,15 @@ class Parser:
             self._pos = end - newlines
             return self._final
         gap_start = lt - newlines
-        tag = self._scanner.scan(buf, lt, self._final)
+        tag = self._scan(buf, lt)
+        if tag is CUT_OFF:
+            if gap_start > pos:
+                self._emit_text(buf[pos:gap_start])
+            self._diagnose(
+                "truncated_markup", "the output was cut off inside a tag", buf[gap_start:]
+            )
+            self._pos = len(buf)
+            return False
         if tag is PENDING:
             if gap_start > pos:
                 self._emit_text(buf[pos:gap_start])
@@ -347,8 +362,12 @@ class Parser:
             return False
         call = self._call
         if buf[pos] == "<":
-            tag = self._scanner.scan(buf, pos, self._final)
+            tag = self._scan(buf, pos)
             if tag is PENDING:
+                return False
+            if tag is CUT_OFF:
+                self._stray.append(buf[pos:])
+                self._pos = len(buf)
                 return False
             if isinstance(tag, Tag) and self._between_tags_tag(tag, in_invoke):
                 return True
@@ -429,15 +448,14 @@ class Parser:
                 self._value_text(call, buf[start:])
                 self._pos = len(buf)
                 return False
-            tag = self._scanner.scan(buf, lt, self._final)
+            tag = self._scan(buf, lt)
             if tag is PENDING:
                 self._value_text(call, buf[start:lt])
                 self._pos = lt
                 return False
-            if tag is None:
+            if not isinstance(tag, Tag):
                 search = lt + 1
                 continue
-            assert isinstance(tag, Tag)
             kind = tag.kind
             if kind is TagKind.PARAM_CLOSE:
                 decided = self._param_close(call, buf, start, tag)
@@ -572,7 +590,14 @@ class Parser:
         self._pos = len(self._buf)
         return False
 
-    # ------------------------------------------------------------------ followers
+    # ------------------------------------------------------------------ tags
+
+    def _scan(self, buf: str, start: int) -> Tag | Pending | _CutOff | None:
+        """The tag at ``buf[start] == "<"``; at the end of a cut-off output, CUT_OFF."""
+        tag = self._scanner.scan(buf, start, False)
+        if tag is PENDING and self._final:
+            return CUT_OFF if self._engine_finish == "length" else None
+        return tag
 
     def _follower(self, buf: str, start: int) -> _Follower:
         """What follows ``start`` after whitespace: a Tag, ``_BRACE``, ``_EOO``, None or PENDING."""
@@ -582,7 +607,8 @@ class Parser:
         if j >= len(buf):
             return _EOO if self._final else PENDING
         if buf[j] == "<":
-            return self._scanner.scan(buf, j, self._final)
+            tag = self._scan(buf, j)
+            return _EOO if tag is CUT_OFF else tag
         return _BRACE if buf[j] == "{" else None
 
     # ------------------------------------------------------------------ calls
@@ -698,29 +724,34 @@ class Parser:
     # ------------------------------------------------------------------ the end
 
     def _settle_tentative(self, finish_reason: str | None) -> bool:
-        """Decide a tentative block close; True if the parser rewound and must run again."""
+        """Decide a tentative block close; True if the parser rewound and must run again.
+
+        The close stands unless the output was cut off (``length``: the closers were value
+        text and the call is partial) or the text after it ends with another closing
+        sequence (then the first one was value text).
+        """
         assert self._tentative is not None and self._call is not None
         sequence, first_closer = self._tentative
         self._tentative = None
         call = self._call
         tail = "".join(self._tail)
         before_eos = tail.split(EOS, 1)[0]
-        if finish_reason == "length":
-            # The output was cut off: the closers were value text and the call is partial.
-            self._value_text(call, sequence)
-            self._state = _VALUE
-            return False
-        if not before_eos.strip() or not self._ends_with_closing_sequence(before_eos):
+        cut_off = finish_reason == "length"
+        if not cut_off and not (
+            before_eos.strip() and self._ends_with_closing_sequence(before_eos)
+        ):
             self._close_param(call)
             self._end_call(call)
             self._in_block = False
             return False
-        self._diagnose(
-            "closing_sequence_in_value",
-            f"parameter {call.param_name!r} of call {call.name!r} contains a whole closing "
-            "sequence followed by more text; kept it in the value",
-            "",
-        )
+        if not cut_off:
+            self._diagnose(
+                "closing_sequence_in_value",
+                f"parameter {call.param_name!r} of call {call.name!r} contains a whole closing "
+                "sequence followed by more text; kept it in the value",
+                "",
+            )
+        # Rewind: the first closer was value text; read on from just after it.
         self._value_text(call, sequence[:first_closer])
         self._buf = sequence[first_closer:] + tail
         self._pos = 0

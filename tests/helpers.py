@@ -1,0 +1,69 @@
+"""Shared helpers for the parser tests: write DSML the way the reference encoder does."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from dsmlkit.dialects import ASCII_MARKER, DIALECTS, MARKER, Dialect
+from dsmlkit.parse import MessageCollector, ParsedMessage, Parser
+
+ALL_DIALECTS = tuple(DIALECTS.values())
+MARKERS = (MARKER, ASCII_MARKER)
+
+
+def counter_ids() -> Callable[[], str]:
+    """Deterministic call ids, so two parses of one text compare equal."""
+    count = iter(range(1_000_000))
+    return lambda: f"call_{next(count)}"
+
+
+def write_invoke(dialect: Dialect, name: str, arguments: dict[str, Any], marker: str) -> str:
+    params = "\n".join(
+        dialect.parameter_open(key, isinstance(value, str), marker)
+        + (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        + dialect.parameter_close(marker)
+        for key, value in arguments.items()
+    )
+    return f"{dialect.invoke_open(name, marker)}\n{params}\n{dialect.invoke_close(marker)}"
+
+
+def write_block(
+    dialect: Dialect, calls: Sequence[tuple[str, dict[str, Any]]], marker: str = MARKER
+) -> str:
+    invokes = "\n".join(write_invoke(dialect, name, args, marker) for name, args in calls)
+    return f"\n\n{dialect.block_open(marker)}\n{invokes}\n{dialect.block_close(marker)}"
+
+
+def parse_chunks(
+    chunks: Sequence[str] | Iterator[str],
+    dialect: str | Dialect,
+    *,
+    finish_reason: str | None = None,
+    **options: Any,
+) -> ParsedMessage:
+    parser = Parser(dialect, id_factory=counter_ids(), **options)
+    collector = MessageCollector()
+    for chunk in chunks:
+        collector.add(parser.feed(chunk))
+    collector.add(parser.close(finish_reason))
+    return collector.message()
+
+
+def random_chunks(text: str, rng: random.Random, max_size: int = 12) -> list[str]:
+    chunks, i = [], 0
+    while i < len(text):
+        size = rng.randint(1, max_size)
+        chunks.append(text[i : i + size])
+        i += size
+    return chunks
+
+
+def summary(message: ParsedMessage) -> dict[str, Any]:
+    return {
+        "content": message.content,
+        "reasoning": message.reasoning,
+        "calls": [{"name": c.name, "arguments": c.arguments} for c in message.calls],
+    }
