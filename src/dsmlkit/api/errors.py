@@ -60,8 +60,8 @@ class ApiError(DsmlkitError):
 
 
 def openai_error_body(err: ApiError) -> dict[str, Any]:
-    """``{"error": {"message", "type", "param", "code"}}`` as OpenAI sends it."""
-    return {"error": {"message": err.message, "type": err.type, "param": err.param, "code": None}}
+    """``{"error": {"message", "type", "param", "code"}}``; the field path leads the message."""
+    return {"error": {"message": str(err), "type": err.type, "param": err.param, "code": None}}
 
 
 def anthropic_error_body(err: ApiError) -> dict[str, Any]:

@@ -45,7 +45,7 @@ class Field:
 
     def _expect(self, kind: type | tuple[type, ...], what: str) -> Any:
         if self.value is MISSING:
-            raise self.error(f"is required ({what})")
+            raise self.error(f"is required; give {what}")
         if not isinstance(self.value, kind) or (
             isinstance(self.value, bool) and bool not in _as_tuple(kind)
         ):
