@@ -1,0 +1,131 @@
+"""The two client APIs as the routes use them: error bodies, responses and SSE frames.
+
+Each route belongs to one API (``/v1/messages…`` is Anthropic, everything else speaks
+OpenAI's shapes); this module is the only place that picks between the two adapters.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from fastapi.responses import JSONResponse
+
+from dsmlkit.api import (
+    SSE_DONE,
+    AnthropicStream,
+    ApiError,
+    ChatRequest,
+    OpenAIStream,
+    Usage,
+    anthropic_error_body,
+    anthropic_response,
+    openai_error_body,
+    openai_response,
+    sse_anthropic,
+    sse_openai,
+)
+from dsmlkit.api.common import Api
+from dsmlkit.parse import Diagnostic, Event, ParsedMessage
+
+
+def api_for_path(path: str) -> Api:
+    """Which API's shapes a route answers in."""
+    return "anthropic" if path.startswith("/v1/messages") else "openai"
+
+
+def error_body(api: Api, err: ApiError, request_id: str) -> dict[str, Any]:
+    if api == "anthropic":
+        return {**anthropic_error_body(err), "request_id": request_id}
+    return openai_error_body(err)
+
+
+def error_response(api: Api, err: ApiError, request_id: str) -> JSONResponse:
+    """A complete error response in ``api``'s envelope."""
+    return JSONResponse(error_body(api, err, request_id), status_code=err.status)
+
+
+def error_frame(api: Api, err: ApiError, request_id: str) -> str:
+    """The SSE frame that reports an error in the middle of a stream."""
+    if api == "anthropic":
+        return sse_anthropic("error", error_body(api, err, request_id))
+    return sse_openai(error_body(api, err, request_id))
+
+
+def new_response_id(api: Api) -> str:
+    """``msg_…`` or ``chatcmpl-…`` with 24 random hex digits."""
+    return ("msg_" if api == "anthropic" else "chatcmpl-") + secrets.token_hex(12)
+
+
+def build_response(
+    msg: ParsedMessage,
+    req: ChatRequest,
+    *,
+    response_id: str,
+    created: int,
+    usage: Usage | None,
+    stop_sequence: str | None,
+) -> dict[str, Any]:
+    """The non-streaming response body for ``req``'s API."""
+    if req.api == "anthropic":
+        return anthropic_response(
+            msg, req, id=response_id, usage=usage, stop_sequence=stop_sequence
+        )
+    return openai_response(msg, req, id=response_id, created=created, usage=usage)
+
+
+class StreamFrames(Protocol):
+    """SSE frames of one streamed response, from start to finish."""
+
+    def start(self) -> list[str]: ...
+    def feed(self, events: Sequence[Event]) -> list[str]: ...
+    def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]: ...
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]: ...
+
+
+class _OpenAIFrames:
+    def __init__(self, req: ChatRequest, response_id: str, created: int) -> None:
+        self._stream = OpenAIStream(req, id=response_id, created=created)
+
+    def start(self) -> list[str]:
+        return [sse_openai(chunk) for chunk in self._stream.start()]
+
+    def feed(self, events: Sequence[Event]) -> list[str]:
+        return [sse_openai(chunk) for chunk in self._stream.feed(list(events))]
+
+    def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]:
+        return [sse_openai(chunk) for chunk in self._stream.finish(usage)] + [SSE_DONE]
+
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        return tuple(self._stream.diagnostics)
+
+
+class _AnthropicFrames:
+    def __init__(self, req: ChatRequest, response_id: str, prompt_usage: Usage | None) -> None:
+        self._stream = AnthropicStream(req, id=response_id, usage=prompt_usage)
+
+    def start(self) -> list[str]:
+        return [sse_anthropic(name, data) for name, data in self._stream.start()]
+
+    def feed(self, events: Sequence[Event]) -> list[str]:
+        return [sse_anthropic(name, data) for name, data in self._stream.feed(list(events))]
+
+    def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]:
+        finished = self._stream.finish(usage, stop_sequence=stop_sequence)
+        return [sse_anthropic(name, data) for name, data in finished]
+
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        return tuple(self._stream.diagnostics)
+
+
+def stream_frames(
+    req: ChatRequest, *, response_id: str, created: int, prompt_usage: Usage | None
+) -> StreamFrames:
+    """The frame writer for ``req``'s API; ``prompt_usage`` is what is known at the start."""
+    if req.api == "anthropic":
+        return _AnthropicFrames(req, response_id, prompt_usage)
+    return _OpenAIFrames(req, response_id, created)

@@ -1,0 +1,208 @@
+"""The FastAPI app: routes, error envelopes, and one middleware for what every request gets
+(a request id, the API key check, the body size limit, the log line and the metrics)."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator, MutableMapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from dsmlkit import __version__
+from dsmlkit.api import ApiError
+from dsmlkit.errors import InvalidRequest
+from dsmlkit.server import gateway, local_routes
+from dsmlkit.server.apis import api_for_path, error_response
+from dsmlkit.server.config import ServerConfig
+from dsmlkit.server.reqlog import RequestRecord, new_request_id
+from dsmlkit.server.state import ServerState, load_prompt_tokenizer, record_of
+from dsmlkit.server.upstream import UpstreamError
+
+LOGGER = logging.getLogger("dsmlkit.server")
+
+#: Paths that need no API key (liveness probes).
+OPEN_PATHS = frozenset({"/health"})
+
+
+def create_app(
+    config: ServerConfig | None = None,
+    *,
+    upstream_transport: httpx.AsyncBaseTransport | None = None,
+) -> FastAPI:
+    """The dsmlkit server for ``config`` (default: render-only, V4.1, bundled tokenizer).
+
+    Loads the tokenizer now, so a bad ``--tokenizer`` fails at start-up.
+    ``upstream_transport`` replaces the network for the upstream client (tests).
+    """
+    config = config or ServerConfig()
+    tokenizer, description = load_prompt_tokenizer(config.tokenizer)
+    state = ServerState(config, tokenizer, description, upstream_transport)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await state.aclose()
+
+    app = FastAPI(
+        title="dsmlkit",
+        version=__version__,
+        lifespan=lifespan,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.dsmlkit = state
+    routers = (local_routes.router, gateway.router)
+    for router in routers:
+        app.include_router(router)
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(InvalidRequest, _invalid_request)
+    app.add_exception_handler(UpstreamError, _upstream_error)
+    app.add_exception_handler(HTTPException, _http_exception)
+    routes = frozenset(getattr(r, "path", "") for router in routers for r in router.routes)
+    app.add_middleware(RequestMiddleware, state=state, routes=routes)
+    return app
+
+
+def _respond(request: Request, err: ApiError) -> JSONResponse:
+    record = record_of(request)
+    record.fail(err.type, err.message)
+    return error_response(api_for_path(request.url.path), err, record.id)
+
+
+async def _api_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    return _respond(request, exc)
+
+
+async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, InvalidRequest)
+    return _respond(request, ApiError.from_invalid_request(exc))
+
+
+async def _upstream_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, UpstreamError)
+    return _respond(request, gateway.upstream_api_error(exc))
+
+
+async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    return _respond(request, ApiError.for_status(exc.status_code, str(exc.detail)))
+
+
+class RequestMiddleware:
+    """Pure ASGI middleware wrapping every HTTP request of the app.
+
+    The body is read here (up to ``max_body_bytes``) and replayed to the app, so an
+    oversized body is refused before any work; disconnect messages still pass through.
+    """
+
+    def __init__(self, app: ASGIApp, state: ServerState, routes: frozenset[str]) -> None:
+        self.app = app
+        self.state = state
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        api = api_for_path(path)
+        route = path if path in self.routes else "other"  # bounded metric labels
+        record = RequestRecord(id=new_request_id(), method=scope["method"], route=route)
+        scope.setdefault("state", {})["record"] = record
+        started = False
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                record.status = message["status"]
+                headers = [*message.get("headers", []), (b"x-request-id", record.id.encode())]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        try:
+            refusal = self._authorize(scope)
+            body: list[Message] = []
+            if refusal is None:
+                body, refusal = await self._read_body(scope, receive)
+            if refusal is not None:
+                record.fail(refusal.type, refusal.message)
+                await error_response(api, refusal, record.id)(scope, receive, send_with_id)
+                return
+            await self.app(scope, _replay(body, receive), send_with_id)
+        except Exception as exc:
+            LOGGER.exception("request %s failed", record.id)
+            record.fail("api_error", f"{type(exc).__name__}: {exc}")
+            if not started:
+                err = ApiError.for_status(500, f"internal error ({type(exc).__name__})")
+                await error_response(api, err, record.id)(scope, receive, send_with_id)
+        finally:
+            record.finish()
+            self.state.metrics.record(record)
+
+    def _authorize(self, scope: Scope) -> ApiError | None:
+        expected = self.state.config.api_key
+        if expected is None or scope["path"] in OPEN_PATHS:
+            return None
+        headers = Headers(scope=scope)
+        authorization = headers.get("authorization", "")
+        offered = [headers.get("x-api-key", "")]
+        if authorization[:7].lower() == "bearer ":
+            offered.append(authorization[7:].strip())
+        if any(key and secrets.compare_digest(key.encode(), expected.encode()) for key in offered):
+            return None
+        return ApiError.for_status(
+            401,
+            "a valid API key is required: send it as 'Authorization: Bearer KEY' "
+            "or as 'x-api-key: KEY'",
+        )
+
+    async def _read_body(
+        self, scope: Scope, receive: Receive
+    ) -> tuple[list[Message], ApiError | None]:
+        limit = self.state.config.max_body_bytes
+        too_large = ApiError.for_status(
+            413, f"the request body is larger than the server's limit of {limit} bytes"
+        )
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            return [], too_large
+        messages: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                return messages, None  # the client went away; the app will see it
+            size += len(message.get("body", b""))
+            if size > limit:
+                return [], too_large
+            if not message.get("more_body", False):
+                return messages, None
+
+
+def _replay(messages: list[Message], receive: Receive) -> Receive:
+    """A receive that first returns the body already read (as one message), then the
+    real receive's messages (disconnects)."""
+    body = b"".join(m.get("body", b"") for m in messages if m["type"] == "http.request")
+    pending: list[MutableMapping[str, Any]] = [
+        {"type": "http.request", "body": body, "more_body": False}
+    ]
+    pending += [m for m in messages if m["type"] != "http.request"]
+
+    async def replayed() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replayed

@@ -1,0 +1,335 @@
+"""The gateway: ``POST /v1/chat/completions`` and ``POST /v1/messages`` through an upstream.
+
+``--upstream-api completions``: the request is rendered here and the prompt (token ids when
+a tokenizer is loaded) goes to the engine's ``/v1/completions``; the raw text that streams
+back is fed into one parser per request. ``--upstream-api chat``: the request goes to a
+hosted ``/v1/chat/completions`` as chat, its ``tool_calls`` pass through and DSML leaked
+into ``content`` / ``reasoning_content`` is repaired into calls (:mod:`.chat_repair`).
+
+Either way the upstream is always read as a stream, turned into parser events, and answered
+through the API adapters, streamed or collected. Upstream failures become errors in the
+client's API shape: a status before the stream starts, an error event after.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from dsmlkit.api import (
+    ApiError,
+    ChatRequest,
+    Usage,
+    call_id_factory,
+    parse_request,
+    response_diagnostics,
+    to_openai_chat_body,
+)
+from dsmlkit.api.common import Api
+from dsmlkit.parse import Diagnostic, Event, MessageCollector, OutputEnd
+from dsmlkit.server.apis import (
+    StreamFrames,
+    build_response,
+    error_frame,
+    new_response_id,
+    stream_frames,
+)
+from dsmlkit.server.chat_repair import ChatRepair
+from dsmlkit.server.local_routes import read_json
+from dsmlkit.server.prepare import prepare
+from dsmlkit.server.reqlog import RequestRecord
+from dsmlkit.server.state import ServerState, record_of, state_of
+from dsmlkit.server.upstream import UpstreamError, UpstreamStream
+
+LOGGER = logging.getLogger("dsmlkit.server")
+T = TypeVar("T")
+
+router = APIRouter()
+
+#: Engine finish reasons that mean the output did not end normally.
+_ABORTED = ("abort", "error")
+
+
+def upstream_api_error(exc: UpstreamError) -> ApiError:
+    """The client-facing error for an upstream failure.
+
+    An upstream 4xx is the request's problem and keeps its status (422 → 400); a timeout is
+    504; anything else (connection, 5xx, a broken or malformed stream) is 502.
+    """
+    if exc.kind == "timeout":
+        return ApiError.for_status(504, exc.message)
+    if exc.kind == "status" and exc.status is not None and 400 <= exc.status < 500:
+        return ApiError.for_status(400 if exc.status == 422 else exc.status, exc.message)
+    return ApiError.for_status(502, exc.message)
+
+
+@dataclass
+class _Outcome:
+    """What the upstream reported besides text: usage and a matched stop string."""
+
+    usage: Usage | None = None
+    stop_sequence: str | None = None
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One gateway request, ready to send: the request, the upstream body, how to fold the
+    upstream's choices into events, and the usage known before sending."""
+
+    req: ChatRequest
+    upstream_body: dict[str, Any]
+    feed: Callable[[Mapping[str, Any]], list[Event]]
+    close: Callable[[str], list[Event]]
+    prompt_tokens: int | None
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    return await _gateway(request, "openai")
+
+
+@router.post("/v1/messages")
+async def messages(request: Request) -> Response:
+    return await _gateway(request, "anthropic")
+
+
+async def _gateway(request: Request, api: Api) -> Response:
+    state = state_of(request)
+    record = record_of(request)
+    upstream = state.upstream()
+    body = await read_json(request)
+    if state.config.upstream_api == "completions":
+        plan = _completions_plan(state, api, body)
+    else:
+        plan = _chat_plan(state, api, body)
+    req = plan.req
+    record.stream, record.model, record.parsed = req.stream, req.model, True
+    record.prompt_tokens = plan.prompt_tokens
+    stream = await upstream.open_stream(plan.upstream_body, _upstream_key(state, request))
+    outcome = _Outcome()
+    events = _events(stream, plan, record, outcome)
+    response_id = new_response_id(api)
+    created = int(time.time())
+    if req.stream:
+        prompt_usage = Usage(plan.prompt_tokens, 0) if plan.prompt_tokens is not None else None
+        frames = stream_frames(
+            req, response_id=response_id, created=created, prompt_usage=prompt_usage
+        )
+        body_frames = _stream_body(frames, events, stream, outcome, record, api)
+        return StreamingResponse(
+            body_frames,
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
+
+    async def collect() -> dict[str, Any]:
+        collector = MessageCollector()
+        try:
+            async with aclosing(events) as batches:
+                async for batch in batches:
+                    collector.add(batch)
+        finally:
+            await _finish_upstream(stream, record)
+        msg = collector.message()
+        record.diagnostics = _kinds(response_diagnostics(msg, req))
+        return build_response(
+            msg,
+            req,
+            response_id=response_id,
+            created=created,
+            usage=outcome.usage,
+            stop_sequence=outcome.stop_sequence,
+        )
+
+    result = await _cancel_on_disconnect(request, collect, record)
+    if result is None:
+        return Response(status_code=499)  # nobody is listening any more
+    return JSONResponse(result)
+
+
+def _completions_plan(state: ServerState, api: Api, body: Any) -> _Plan:
+    prepared = prepare(state, api, body)
+    req = prepared.req
+    prompt: list[int] | str = (
+        prepared.token_ids if prepared.token_ids is not None else prepared.result.prompt
+    )
+    upstream_body: dict[str, Any] = {
+        "model": state.config.served_model,
+        "prompt": prompt,
+        **prepared.sampling_params(),
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if prepared.token_ids is None:
+        upstream_body["add_special_tokens"] = False  # the prompt already starts with BOS
+    parser = req.new_parser(prepared.result.output_starts_in)
+
+    def feed(choice: Mapping[str, Any]) -> list[Event]:
+        text = choice.get("text")
+        return parser.feed(text) if isinstance(text, str) and text else []
+
+    tokens = len(prepared.token_ids) if prepared.token_ids is not None else None
+    return _Plan(req, upstream_body, feed, parser.close, tokens)
+
+
+def _chat_plan(state: ServerState, api: Api, body: Any) -> _Plan:
+    req = parse_request(api, body, dialect=state.config.dialect)
+    upstream_body = dict(body) if api == "openai" else to_openai_chat_body(req)
+    upstream_body.update(stream=True, stream_options={"include_usage": True})
+    if state.config.model is not None:
+        upstream_body["model"] = state.config.model
+    repair = ChatRepair(lambda: req.new_parser("content"), call_id_factory(req.api))
+
+    def feed(choice: Mapping[str, Any]) -> list[Event]:
+        delta = choice.get("delta")
+        return repair.feed(delta) if isinstance(delta, Mapping) else []
+
+    return _Plan(req, upstream_body, feed, repair.close, None)
+
+
+def _upstream_key(state: ServerState, request: Request) -> str | None:
+    """The upstream's own key if configured; else, on an open server, the client's key."""
+    if state.config.upstream_api_key is not None or state.config.api_key is not None:
+        return state.config.upstream_api_key
+    bearer = request.headers.get("authorization", "")
+    if bearer.lower().startswith("bearer "):
+        return bearer[7:].strip() or None
+    return request.headers.get("x-api-key")
+
+
+async def _events(
+    stream: UpstreamStream, plan: _Plan, record: RequestRecord, outcome: _Outcome
+) -> AsyncGenerator[list[Event], None]:
+    """Parser events for the upstream's stream, ending with the close() events."""
+    finish: str | None = None
+    async for chunk in stream.chunks():
+        usage = chunk.get("usage")
+        if isinstance(usage, Mapping):
+            outcome.usage = _usage(usage)
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, Mapping):
+                continue
+            events = _timed(record, plan.feed, choice)
+            if events:
+                yield _noted(record, events)
+            if choice.get("finish_reason"):
+                finish = str(choice["finish_reason"])
+                stop_reason = choice.get("stop_reason")
+                if isinstance(stop_reason, str) and stop_reason in plan.req.stop_sequences:
+                    outcome.stop_sequence = stop_reason
+    if finish is None or finish in _ABORTED:
+        said = "" if finish is None else f" (finish_reason {finish!r})"
+        raise UpstreamError("broken", f"the upstream stream ended before the output did{said}")
+    if outcome.usage is None:
+        outcome.usage = Usage(plan.prompt_tokens or 0, 0)
+    final = _noted(record, _timed(record, plan.close, finish))
+    record.finish_reason = next(e.finish_reason for e in final if isinstance(e, OutputEnd))
+    record.prompt_tokens = outcome.usage.prompt_tokens
+    record.completion_tokens = outcome.usage.completion_tokens
+    yield final
+
+
+async def _stream_body(
+    frames: StreamFrames,
+    events: AsyncGenerator[list[Event], None],
+    stream: UpstreamStream,
+    outcome: _Outcome,
+    record: RequestRecord,
+    api: Api,
+) -> AsyncIterator[str]:
+    """The SSE body: frames as events arrive; an error event if the upstream fails."""
+    try:
+        for frame in frames.start():
+            yield frame
+        async with aclosing(events) as batches:
+            async for batch in batches:
+                for frame in frames.feed(batch):
+                    yield frame
+        for frame in frames.finish(outcome.usage, outcome.stop_sequence):
+            yield frame
+        record.diagnostics = _kinds(frames.diagnostics)
+    except UpstreamError as exc:
+        err = upstream_api_error(exc)
+        record.fail(err.type, err.message)
+        yield error_frame(api, err, record.id)
+    except anyio.get_cancelled_exc_class():
+        record.fail("client_disconnected", "the client went away; the upstream request was closed")
+        raise
+    except Exception as exc:  # a bug must still end the stream with an error event
+        LOGGER.exception("request %s: streaming failed", record.id)
+        err = ApiError.for_status(500, f"internal error: {type(exc).__name__}")
+        record.fail(err.type, str(exc))
+        yield error_frame(api, err, record.id)
+    finally:
+        await _finish_upstream(stream, record)
+
+
+async def _finish_upstream(stream: UpstreamStream, record: RequestRecord) -> None:
+    await stream.aclose()
+    record.upstream_seconds = stream.seconds
+
+
+async def _cancel_on_disconnect(
+    request: Request, work: Callable[[], Awaitable[T]], record: RequestRecord
+) -> T | None:
+    """Run ``work``; if the client disconnects first, cancel it and return None."""
+    results: list[T] = []
+    failures: list[Exception] = []
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            record.fail(
+                "client_disconnected", "the client went away; the upstream request was closed"
+            )
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        try:
+            results.append(await work())
+        except Exception as exc:  # re-raised below, outside the task group
+            failures.append(exc)
+        group.cancel_scope.cancel()
+    if failures:
+        raise failures[0]
+    return results[0] if results else None
+
+
+def _timed(record: RequestRecord, step: Callable[[Any], list[Event]], arg: Any) -> list[Event]:
+    started = time.perf_counter()
+    try:
+        return step(arg)
+    finally:
+        record.parse_seconds += time.perf_counter() - started
+
+
+def _noted(record: RequestRecord, events: list[Event]) -> list[Event]:
+    """Count diagnostics as they pass (what a failed stream still logs)."""
+    record.diagnostics.update(e.kind for e in events if isinstance(e, Diagnostic))
+    return events
+
+
+def _kinds(diagnostics: tuple[Diagnostic, ...]) -> Counter[str]:
+    return Counter(d.kind for d in diagnostics)
+
+
+def _usage(usage: Mapping[str, Any]) -> Usage:
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+
+    def count(value: Any) -> int:
+        return value if isinstance(value, int) and value >= 0 else 0
+
+    return Usage(
+        count(usage.get("prompt_tokens")), count(usage.get("completion_tokens")), count(cached)
+    )

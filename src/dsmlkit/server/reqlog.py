@@ -1,0 +1,85 @@
+"""One structured record per request: filled in by the handlers, logged as one JSON line.
+
+The record lives in the ASGI scope's state (``request.state.record``) from the moment the
+request arrives until its last byte is sent, so streaming handlers can keep adding to it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+#: The logger that receives one JSON line per request (level INFO).
+ACCESS_LOGGER = logging.getLogger("dsmlkit.server.access")
+
+
+def new_request_id() -> str:
+    """A fresh request id (``req_`` + 24 hex digits)."""
+    return "req_" + secrets.token_hex(12)
+
+
+@dataclass
+class RequestRecord:
+    """What one request did; timings are in seconds (``time.perf_counter`` based)."""
+
+    id: str
+    method: str
+    route: str
+    started: float = field(default_factory=time.perf_counter)
+    status: int = 0
+    stream: bool = False
+    model: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reason: str | None = None
+    diagnostics: Counter[str] = field(default_factory=Counter)
+    parsed: bool = False
+    parse_seconds: float = 0.0
+    upstream_seconds: float | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    duration: float = 0.0
+
+    def fail(self, error_type: str, message: str) -> None:
+        """Note the error this request ended in (the first one wins)."""
+        if self.error_type is None:
+            self.error_type = error_type
+            self.error_message = message
+
+    def finish(self) -> None:
+        """Stop the clock and write the log line."""
+        self.duration = time.perf_counter() - self.started
+        ACCESS_LOGGER.info(json.dumps(self.log_fields(), ensure_ascii=False))
+
+    def log_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "event": "request",
+            "id": self.id,
+            "method": self.method,
+            "route": self.route,
+            "status": self.status,
+            "ms": round(self.duration * 1000, 3),
+        }
+        optional: dict[str, Any] = {
+            "stream": self.stream or None,
+            "model": self.model,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "finish_reason": self.finish_reason,
+            "diagnostics": dict(self.diagnostics) or None,
+            "parse_ms": round(self.parse_seconds * 1000, 3) if self.parsed else None,
+            "upstream_ms": (
+                round(self.upstream_seconds * 1000, 3)
+                if self.upstream_seconds is not None
+                else None
+            ),
+            "error": self.error_type,
+            "error_message": self.error_message,
+        }
+        fields.update((key, value) for key, value in optional.items() if value is not None)
+        return fields

@@ -1,0 +1,188 @@
+"""The gateway's one HTTP client: POST a streaming request upstream, read its SSE chunks.
+
+Every way an upstream can fail becomes an :class:`UpstreamError` with a ``kind`` the
+routes turn into an error in the client's API shape; nothing here ever waits forever
+(connect and read timeouts always apply).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import anyio
+import httpx
+
+UpstreamFailure = Literal["connect", "timeout", "status", "broken", "malformed"]
+
+#: How much of an upstream error body is read to quote its message.
+_ERROR_BODY_LIMIT = 64 * 1024
+
+
+class UpstreamError(Exception):
+    """The upstream failed: could not connect, timed out, answered 4xx/5xx, broke off or
+    sent something that is not an OpenAI SSE stream. ``status`` is the upstream's HTTP
+    status for ``kind == "status"``."""
+
+    def __init__(self, kind: UpstreamFailure, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.status = status
+
+
+def error_message(body: bytes) -> str:
+    """The human message inside an upstream error body (OpenAI, FastAPI or plain text)."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text[:500] or "(empty body)"
+    if isinstance(data, dict):
+        error = data.get("error", data)
+        if isinstance(error, dict):
+            for key in ("message", "detail"):
+                if isinstance(error.get(key), str):
+                    return str(error[key])
+        if isinstance(error, str):
+            return error
+    return text[:500]
+
+
+class UpstreamStream:
+    """An open upstream response: iterate its JSON chunks, then (always) :meth:`aclose`.
+
+    Iteration ends at ``data: [DONE]`` or at the end of the body; ``seconds`` is the time
+    from sending the request to the end of the stream (or to now, while it runs).
+    """
+
+    def __init__(self, response: httpx.Response, sent_at: float) -> None:
+        self._response = response
+        self._sent_at = sent_at
+        self._ended_at: float | None = None
+
+    @property
+    def seconds(self) -> float:
+        return (self._ended_at or time.perf_counter()) - self._sent_at
+
+    async def chunks(self) -> AsyncIterator[dict[str, Any]]:
+        """The ``data:`` payloads, decoded; upstream ``{"error": …}`` payloads raise."""
+        data: list[str] = []
+        try:
+            async for line in self._response.aiter_lines():
+                if line.startswith("data:"):
+                    data.append(line[5:].removeprefix(" "))
+                    continue
+                if line or not data:
+                    continue  # comments, other fields; blank lines between events
+                payload = "\n".join(data)
+                data.clear()
+                if payload == "[DONE]":
+                    break
+                yield _decode_chunk(payload)
+            else:
+                if data and (payload := "\n".join(data)) != "[DONE]":
+                    yield _decode_chunk(payload)
+        except httpx.TimeoutException as exc:
+            raise UpstreamError("timeout", "the upstream stopped sending (read timeout)") from exc
+        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+            raise UpstreamError("broken", f"the upstream stream broke off: {exc}") from exc
+        finally:
+            self._ended_at = time.perf_counter()
+
+    async def aclose(self) -> None:
+        """Close the response (also when the client went away: shielded from cancellation)."""
+        with anyio.CancelScope(shield=True):
+            await self._response.aclose()
+
+
+def _decode_chunk(payload: str) -> dict[str, Any]:
+    try:
+        chunk = json.loads(payload)
+    except ValueError:
+        raise UpstreamError(
+            "malformed", f"the upstream sent an SSE event that is not JSON: {payload[:200]!r}"
+        ) from None
+    if not isinstance(chunk, dict):
+        raise UpstreamError("malformed", f"the upstream sent a non-object chunk: {payload[:200]!r}")
+    if "error" in chunk:
+        raise UpstreamError(
+            "status",
+            "the upstream reported an error mid-stream: "
+            + error_message(json.dumps(chunk).encode()),
+            status=_status_of(chunk["error"]),
+        )
+    return chunk
+
+
+def _status_of(error: Any) -> int | None:
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, int) and 400 <= code <= 599 else None
+
+
+class UpstreamClient:
+    """A pooled client bound to one endpoint chosen by the operator."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        read_timeout: float,
+        connect_timeout: float,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        self._client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
+
+    async def open_stream(self, body: dict[str, Any], api_key: str | None) -> UpstreamStream:
+        """Send ``body`` and wait for the response headers; a 4xx/5xx raises at once."""
+        headers = {"accept": "text/event-stream"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+        request = self._client.build_request("POST", self.endpoint, json=body, headers=headers)
+        sent_at = time.perf_counter()
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.TimeoutException as exc:
+            raise UpstreamError("timeout", f"the upstream did not answer in time: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamError("connect", f"cannot reach the upstream: {exc}") from exc
+        if response.status_code >= 400:
+            try:
+                body_bytes = await _read_limited(response)
+            finally:
+                await response.aclose()
+            raise UpstreamError(
+                "status",
+                f"the upstream answered {response.status_code}: {error_message(body_bytes)}",
+                status=response.status_code,
+            )
+        content_type = response.headers.get("content-type", "")
+        if not content_type.startswith("text/event-stream"):
+            await response.aclose()
+            raise UpstreamError(
+                "malformed",
+                f"the upstream answered {content_type or 'no content type'}, not an event stream",
+            )
+        return UpstreamStream(response, sent_at)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+
+async def _read_limited(response: httpx.Response) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    try:
+        async for part in response.aiter_bytes():
+            parts.append(part)
+            size += len(part)
+            if size >= _ERROR_BODY_LIMIT:
+                break
+    except httpx.HTTPError:
+        pass  # a body that breaks off still has a useful beginning
+    return b"".join(parts)[:_ERROR_BODY_LIMIT]
