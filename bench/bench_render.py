@@ -29,8 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from dsmlkit.render import render
-from dsmlkit.render.tokens import MissingTokenWarning, load_tokenizer
+from dsmlkit.dialects import THINK_CLOSE
+from dsmlkit.render import RenderResult, render
+from dsmlkit.render.tokens import MissingTokenWarning, PromptTokenizer, load_tokenizer
 
 TURNS = 200
 TOOLS = 60
@@ -254,12 +255,26 @@ def main() -> None:
         ]
         print(f"{label:28}{cells[0]:>20}{cells[1]:>20}")
     if args.peers:
-        same_prompt = peer["prompt"] == result.prompt
-        same_ids = peer["ids"] == ids
-        print(f"prompts byte-identical (release effort table): {'yes' if same_prompt else 'NO'}")
-        print(f"token ids identical: {'yes' if same_ids else 'NO'}")
-        speedup = peer["render"][0] / render_wall
-        print(f"render speed vs vLLM (wall): {speedup:.2f}x")
+        report_peer(peer, result, ids, tokenizer)
+        wall_ratio, cpu_ratio = peer["render"][0] / render_wall, peer["render"][1] / render_cpu
+        print(f"render speed vs vLLM: {wall_ratio:.2f}x wall, {cpu_ratio:.2f}x CPU")
+
+
+def report_peer(
+    peer: dict[str, Any], result: RenderResult, ids: list[int], tokenizer: PromptTokenizer
+) -> None:
+    """Whether vLLM's prompt and ids match ours (caller text here quotes </think>)."""
+    same_prompt = "yes" if peer["prompt"] == result.prompt else "NO"
+    print(f"prompts byte-identical (release effort table): {same_prompt}")
+    same_reference = peer["ids"] == tokenizer.encode_prompt(result, reference=True)
+    print(f"token ids, reference mode vs vLLM: {'identical' if same_reference else 'DIFFER'}")
+    think_close = tokenizer.token_id(THINK_CLOSE)
+    assert think_close is not None, "the tokenizer has no </think> token"
+    forged = peer["ids"].count(think_close) - ids.count(think_close)
+    verdict = (
+        "identical" if peer["ids"] == ids else f"differ: vLLM made {forged} {THINK_CLOSE} tokens"
+    )
+    print(f"token ids, default mode vs vLLM: {verdict} out of caller text")
 
 
 if __name__ == "__main__":

@@ -103,23 +103,32 @@ class PromptTokenizer:
         return self._tokenizer.decode(list(ids), skip_special_tokens=False)
 
     def _segments(self, pieces: Iterable[tuple[str, bool]]) -> list[str | int]:
-        """Split pieces into text runs and token ids; only control text yields ids."""
+        """Split pieces into text runs and token ids; only control pieces yield ids."""
         segments: list[str | int] = []
         text_run: list[str] = []
-        for text, is_control in _merge_runs(pieces):
-            if not is_control:
-                text_run.append(text)
-                continue
-            start = 0
-            for match in self._added_pattern.finditer(text):
-                text_run.append(text[start : match.start()])
+        for text, is_control in pieces:
+            for part in self._split_tokens(text) if is_control else (text,):
+                if isinstance(part, str):
+                    text_run.append(part)
+                    continue
                 segments.append("".join(text_run))
+                segments.append(part)
                 text_run = []
-                segments.append(self._added_ids[match.group()])
-                start = match.end()
-            text_run.append(text[start:])
         segments.append("".join(text_run))
         return [segment for segment in segments if segment != ""]
+
+    def _split_tokens(self, text: str) -> Sequence[str | int]:
+        """``text`` with every added token in it replaced by its id."""
+        token = self._added_ids.get(text)
+        if token is not None:  # the usual control piece: exactly one token
+            return (token,)
+        parts: list[str | int] = []
+        start = 0
+        for match in self._added_pattern.finditer(text):
+            parts += (text[start : match.start()], self._added_ids[match.group()])
+            start = match.end()
+        parts.append(text[start:])
+        return parts
 
     def _encode_segments(self, segments: Sequence[str | int]) -> list[int]:
         texts = [segment for segment in segments if isinstance(segment, str)]
@@ -134,6 +143,8 @@ class PromptTokenizer:
 
     def _warn_missing(self, control_texts: Iterable[str]) -> None:
         for text in control_texts:
+            if text in self._added_ids:
+                continue
             missing = self._added_pattern.sub("", text)
             if not missing or missing in self._warned:
                 continue
@@ -146,20 +157,6 @@ class PromptTokenizer:
                 MissingTokenWarning,
                 stacklevel=3,
             )
-
-
-def _merge_runs(pieces: Iterable[tuple[str, bool]]) -> Iterable[tuple[str, bool]]:
-    """Join neighbouring pieces of the same kind, so a token split across pieces still matches."""
-    run: list[str] = []
-    run_is_control = False
-    for text, is_control in pieces:
-        if run and is_control != run_is_control:
-            yield "".join(run), run_is_control
-            run = []
-        run.append(text)
-        run_is_control = is_control
-    if run:
-        yield "".join(run), run_is_control
 
 
 def _tokenizer_class() -> type[Tokenizer]:
