@@ -21,6 +21,7 @@ from dsmlkit.api.common import (
     check_choice_has_tools,
     coalesce,
     collapse_text,
+    effort_for_dialect,
     function_tool,
     named_choice,
     read_numbers,
@@ -65,6 +66,7 @@ def parse_anthropic_request(body: Any, *, dialect: str | Dialect = "v4.1") -> Ch
     """Validate a Messages body and convert it; raises :class:`ApiError` (400)."""
     root = request_root(body)
     model = root["model"].nonempty_string()
+    sampling: dict[str, Any] = {"max_tokens": root["max_tokens"].integer(minimum=1)}
     notes: list[str] = []
     tools, server_tools = _tools(root["tools"], notes)
     messages: list[dict[str, Any]] = []
@@ -73,16 +75,17 @@ def parse_anthropic_request(body: Any, *, dialect: str | Dialect = "v4.1") -> Ch
         messages.append({"role": "system", "content": system})
     messages += _Conversation(notes).convert(root["messages"])
     tool_choice, parallel = _tool_choice(root["tool_choice"], tools, server_tools)
-    effort, response_format = _output_config(root["output_config"])
+    requested_effort, response_format = _output_config(root["output_config"])
+    dialect_name = get_dialect(dialect).name
+    effort = effort_for_dialect(requested_effort, dialect_name, "output_config.effort", notes)
     prefill = messages[-1]["role"] == "assistant"
-    sampling: dict[str, Any] = {"max_tokens": root["max_tokens"].integer(minimum=1)}
     sampling.update(read_numbers(root, ("temperature", "top_p", "top_k")))
     if root["stop_sequences"].present:
         sampling["stop"] = read_stop(root["stop_sequences"])
     return ChatRequest(
         api="anthropic",
         model=model,
-        dialect=get_dialect(dialect).name,
+        dialect=dialect_name,
         messages=messages,
         tools=tools,
         tool_choice=tool_choice,

@@ -27,6 +27,7 @@ from dsmlkit.parse import (
     StartIn,
     ToolCall,
 )
+from dsmlkit.render import EFFORT_TABLES
 
 Api = Literal["openai", "anthropic"]
 
@@ -215,6 +216,20 @@ def request_root(body: Any) -> Field:
 def read_numbers(root: Field, names: Sequence[str]) -> dict[str, float | int]:
     """The numeric sampling fields among ``names`` that the request gives."""
     return {name: root[name].number() for name in names if root[name].present}
+
+
+def effort_for_dialect(
+    effort: str | int | None, dialect: str, param: str, notes: list[str]
+) -> str | int | None:
+    """The requested effort, or ``None`` (with a note) on a dialect without effort levels.
+
+    API clients send an effort on every request (Claude Code does); a V3.2 model has no
+    effort levels, so the hint is set aside rather than failing the request.
+    """
+    if effort is not None and not EFFORT_TABLES[dialect]:
+        notes.append(f"{param}: {dialect} has no reasoning effort; {effort!r} ignored")
+        return None
+    return effort
 
 
 def read_stop(stop: Field) -> list[str]:

@@ -19,6 +19,7 @@ from dsmlkit.api.common import (
     check_choice_has_tools,
     coalesce,
     collapse_text,
+    effort_for_dialect,
     function_tool,
     named_choice,
     read_numbers,
@@ -65,6 +66,9 @@ def parse_openai_request(body: Any, *, dialect: str | Dialect = "v4.1") -> ChatR
     messages = _messages(root["messages"])
     tool_choice = _tool_choice(root["tool_choice"], tools)
     thinking, effort = _thinking(root)
+    dialect_name = get_dialect(dialect).name
+    notes: list[str] = []
+    effort = effort_for_dialect(effort, dialect_name, "reasoning_effort", notes)
     add_generation_prompt, continue_final_message = _prefill(root, messages)
     if root["n"].present and root["n"].integer() != 1:
         raise root["n"].error("only n=1 is supported")
@@ -76,7 +80,7 @@ def parse_openai_request(body: Any, *, dialect: str | Dialect = "v4.1") -> ChatR
     return ChatRequest(
         api="openai",
         model=model,
-        dialect=get_dialect(dialect).name,
+        dialect=dialect_name,
         messages=messages,
         tools=tools,
         tool_choice=tool_choice,
@@ -91,6 +95,7 @@ def parse_openai_request(body: Any, *, dialect: str | Dialect = "v4.1") -> ChatR
         stream=stream,
         include_usage=include_usage,
         sampling=_sampling(root),
+        notes=tuple(notes),
     )
 
 
