@@ -93,7 +93,7 @@ class _UserTurn:
     task: str | None = None
 
 
-_TurnT = TypeVar("_TurnT", "_UserTurn | Message", Message)
+_TurnT = TypeVar("_TurnT", _UserTurn | Message, Message)
 
 
 def render(
@@ -178,7 +178,7 @@ def render(
 
 def _resolve_dialect(dialect: str | Dialect) -> Dialect:
     try:
-        return _lookup_dialect(dialect)
+        return _lookup_dialect(dialect.name if isinstance(dialect, Dialect) else dialect)
     except ValueError as error:
         raise InvalidRequest(str(error), "dialect") from None
 
@@ -285,7 +285,7 @@ class _Writer:
                 self.out.text(message.text())
                 if wants_header:
                     self._header(opens_reasoning)
-            elif message.role == "tool":
+            elif message.role == "tool":  # always after an assistant turn (checked)
                 if messages[i - 1].role != "tool":
                     self.out.template("\n\n<function_results>")
                 self.out.template("\n<result>")
@@ -302,66 +302,74 @@ class _Writer:
     # -- V4 / V4.1 ----------------------------------------------------------------------
 
     def render_v4(self, conversation: Sequence[Message]) -> None:
-        options = self.options
         turns = _merge_user_turns(conversation)
+        turns = self._drop_reasoning(turns, self._last_user_v4(turns))
         last_user = self._last_user_v4(turns)
-        turns = self._drop_reasoning(turns, last_user)
-        last_user = self._last_user_v4(turns)
-        is_v41 = options.dialect is V4_1
         for i, turn in enumerate(turns):
-            is_last = i == len(turns) - 1
-            role = "user" if isinstance(turn, _UserTurn) else turn.role
             if i == 0:
-                if is_v41 and (options.effort_prefix or role == "system"):
-                    self.out.template(SYSTEM)
-                self.out.template(options.effort_prefix)
-            if isinstance(turn, _UserTurn):
-                self.out.template(USER)
-                self._user_blocks(turn.blocks)
-            elif role == "system":
-                if is_v41 and i > 0:
-                    self.out.template(SYSTEM)
-                self.out.text(turn.text())
-                self._system_extras(turn)
-            elif role == "developer":
-                self.out.template(USER)
-                self.out.text(turn.text())
-                self._system_extras(turn)
-            elif role == "latest_reminder":
-                self.out.template(LATEST_REMINDER)
-                self.out.text(turn.text())
-            else:
-                previous = turns[i - 1] if i else None
-                after_task = isinstance(previous, _UserTurn) and previous.task is not None
-                with_reasoning = (
-                    options.thinking
-                    and not after_task
-                    and (not options.drop_thinking or i > last_user)
-                )
-                self._assistant(turn, with_reasoning, is_last)
+                self._v4_effort_prefix(_role_of(turn))
+            self._v4_turn(turns, i, last_user)
+            is_last = i == len(turns) - 1
+            if is_last and not self.options.add_generation_prompt:
+                continue
+            if is_last or _role_of(turns[i + 1]) in ("assistant", "latest_reminder"):
+                self._v4_transition(turn, i, last_user)
 
-            if is_last and not options.add_generation_prompt:
-                continue
-            if not is_last and _role_of(turns[i + 1]) not in ("assistant", "latest_reminder"):
-                continue
-            task = turn.task
-            opens_reasoning = options.thinking and (not options.drop_thinking or i >= last_user)
-            if task == "action":
-                self.out.template(ASSISTANT)
-                self.out.template(THINK_OPEN if options.thinking else THINK_CLOSE)
-                self.out.template(TASK_TOKENS[task])
-                self.starts_in = "content"
-            elif task is not None:
-                self.out.template(TASK_TOKENS[task])
-                self.starts_in = "content"
-            elif role in ("user", "developer") or (is_v41 and role == "system" and i > 0):
-                self._header(opens_reasoning)
+    def _v4_effort_prefix(self, first_role: str) -> None:
+        prefix = self.options.effort_prefix
+        if self.options.dialect is V4_1 and (prefix or first_role == "system"):
+            self.out.template(SYSTEM)
+        self.out.template(prefix)
+
+    def _v4_turn(self, turns: Sequence[_UserTurn | Message], i: int, last_user: int) -> None:
+        turn = turns[i]
+        if isinstance(turn, _UserTurn):
+            self.out.template(USER)
+            self._user_blocks(turn.blocks)
+        elif turn.role == "system":
+            if self.options.dialect is V4_1 and i > 0:
+                self.out.template(SYSTEM)
+            self.out.text(turn.text())
+            self._system_extras(turn)
+        elif turn.role == "developer":
+            self.out.template(USER)
+            self.out.text(turn.text())
+            self._system_extras(turn)
+        elif turn.role == "latest_reminder":
+            self.out.template(LATEST_REMINDER)
+            self.out.text(turn.text())
+        else:
+            previous = turns[i - 1] if i else None
+            answers_task = isinstance(previous, _UserTurn) and previous.task is not None
+            with_reasoning = (
+                self.options.thinking
+                and not answers_task
+                and (not self.options.drop_thinking or i > last_user)
+            )
+            self._assistant(turn, with_reasoning, i == len(turns) - 1)
+
+    def _v4_transition(self, turn: _UserTurn | Message, i: int, last_user: int) -> None:
+        """What follows a turn when an assistant turn (or the end) comes next."""
+        thinking = self.options.thinking
+        if turn.task == "action":
+            self.out.template(ASSISTANT)
+            self.out.template(THINK_OPEN if thinking else THINK_CLOSE)
+            self.out.template(TASK_TOKENS[turn.task])
+            self.starts_in = "content"
+        elif turn.task is not None:
+            self.out.template(TASK_TOKENS[turn.task])
+            self.starts_in = "content"
+        elif self._counts_as_user_v4(_role_of(turn), i):
+            self._header(thinking and (not self.options.drop_thinking or i >= last_user))
+
+    def _counts_as_user_v4(self, role: str, i: int) -> bool:
+        """User turns for headers and dropping; V4.1 counts a later system message too."""
+        later_system = self.options.dialect is V4_1 and role == "system" and i > 0
+        return role in ("user", "developer") or later_system
 
     def _last_user_v4(self, turns: Sequence[_UserTurn | Message]) -> int:
-        is_v41 = self.options.dialect is V4_1
         for i in range(len(turns) - 1, -1, -1):
-            role = _role_of(turns[i])
-            if role in ("user", "developer") or (is_v41 and role == "system" and i > 0):
+            if self._counts_as_user_v4(_role_of(turns[i]), i):
                 return i
         return -1
 
