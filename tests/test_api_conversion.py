@@ -266,7 +266,7 @@ def test_anthropic_prefill_and_inline_system() -> None:
         (anthropic([{"role": "user", "content": 3}]), "messages[0].content"),
         (
             anthropic([{"role": "assistant", "content": [tool_use("a"), tool_use("a")]}]),
-            "messages[0].content[1].id",
+            "messages[0].content",
         ),
         (
             anthropic([{"role": "assistant", "content": [tool_use("a", name="bad name")]}]),
@@ -460,6 +460,10 @@ def test_openai_options_and_sampling() -> None:
             openai([{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]),
             "messages[0].content[0]",
         ),
+        (
+            openai([{"role": "assistant", "tool_calls": [oai_call("c"), oai_call("c")]}]),
+            "messages[0].tool_calls",
+        ),
         (openai([{"role": "user", "content": "x"}], n=2), "n"),
         (openai([{"role": "user", "content": "x"}], tool_choice="required"), "tool_choice"),
         (
@@ -507,6 +511,18 @@ def test_openai_invalid_requests_name_the_field(body: Any, param: str | None) ->
     err = rejects("openai", body)
     assert err.param == param
     ErrorObject.model_validate(openai_error_body(err)["error"])
+
+
+def test_history_arguments_may_be_an_object_or_double_encoded() -> None:
+    calls = [
+        oai_call("c1", arguments=json.dumps('{"a": 1}')),
+        {"id": "c2", "type": "function", "function": {"name": "Read", "arguments": {"b": 2}}},
+    ]
+    message = parse_openai_request(openai([{"role": "assistant", "tool_calls": calls}])).messages[0]
+    assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [
+        {"a": 1},
+        {"b": 2},
+    ]
 
 
 def test_request_to_render_input_hands_the_renderer_everything() -> None:

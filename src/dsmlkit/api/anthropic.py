@@ -133,6 +133,18 @@ def _is_server_block(kind: str) -> bool:
     )
 
 
+def _tool_use(block: Field) -> dict[str, Any]:
+    arguments = dict(block["input"].object())
+    return {
+        "id": block["id"].nonempty_string(),
+        "type": "function",
+        "function": {
+            "name": tool_name(block["name"]),
+            "arguments": json.dumps(arguments, ensure_ascii=False),
+        },
+    }
+
+
 class _Conversation:
     """Converts ``messages`` in order, pairing each tool_result with its tool_use."""
 
@@ -170,7 +182,7 @@ class _Conversation:
     def _assistant(self, content: Field) -> dict[str, Any]:
         blocks = self._blocks(content)
         if blocks is None:
-            self._answers.calls_made([])
+            self._answers.calls_made([], content)
             return {"role": "assistant", "content": content.value}
         texts: list[str] = []
         reasoning: list[str] = []
@@ -182,12 +194,12 @@ class _Conversation:
             elif kind == "thinking":
                 reasoning.append(block["thinking"].string())
             elif kind == "tool_use":
-                calls.append(self._tool_use(block, calls))
+                calls.append(_tool_use(block))
             elif kind == "redacted_thinking" or _is_server_block(kind):
                 self._note_dropped(block, kind)
             else:
                 raise block.error(f"{kind!r} blocks are not supported in assistant messages")
-        self._answers.calls_made([call["id"] for call in calls])
+        self._answers.calls_made([call["id"] for call in calls], content)
         text = "".join(texts)
         message: dict[str, Any] = {"role": "assistant", "content": text or None}
         if reasoning:
@@ -197,20 +209,6 @@ class _Conversation:
         if not (text or reasoning or calls):
             message["content"] = ""
         return message
-
-    def _tool_use(self, block: Field, earlier: list[dict[str, Any]]) -> dict[str, Any]:
-        call_id = block["id"].nonempty_string()
-        if any(call["id"] == call_id for call in earlier):
-            raise block["id"].error(f"two tool_use blocks share the id {call_id!r}")
-        arguments = dict(block["input"].object())
-        return {
-            "id": call_id,
-            "type": "function",
-            "function": {
-                "name": tool_name(block["name"]),
-                "arguments": json.dumps(arguments, ensure_ascii=False),
-            },
-        }
 
     def _user(self, content: Field) -> list[dict[str, Any]]:
         blocks = self._blocks(content)

@@ -313,6 +313,8 @@ def arguments_text(arguments: Field) -> str:
     text = arguments.string()
     try:
         decoded = json.loads(text)
+        if isinstance(decoded, str):  # double-encoded by some clients
+            text, decoded = decoded, json.loads(decoded)
     except ValueError as exc:
         raise arguments.error(f"must be JSON text of an object: {exc}") from None
     if not isinstance(decoded, dict):
@@ -327,8 +329,10 @@ class ToolAnswers:
         self._waiting: list[str] = []
         self._answered: set[str] = set()
 
-    def calls_made(self, ids: list[str]) -> None:
+    def calls_made(self, ids: list[str], at: Field) -> None:
         """An assistant turn made these calls; earlier ones can no longer be answered."""
+        if len(set(ids)) != len(ids):
+            raise at.error("two tool calls share an id")
         self._waiting = list(ids)
         self._answered = set()
 

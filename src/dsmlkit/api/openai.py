@@ -109,7 +109,8 @@ def _messages(field: Field) -> list[dict[str, Any]]:
         role = item["role"].choice(ROLES)
         if role == "assistant":
             message = _assistant(item)
-            answers.calls_made([call["id"] for call in message.get("tool_calls", ())])
+            calls = message.get("tool_calls", ())
+            answers.calls_made([call["id"] for call in calls], item["tool_calls"])
         elif role == "tool":
             message = _tool_result(item, answers)
         else:
@@ -155,9 +156,6 @@ def _assistant(item: Field) -> dict[str, Any]:
         message["reasoning_content"] = reasoning.string()
     if item["tool_calls"].present:
         calls = [_history_call(call) for call in item["tool_calls"].array()]
-        ids = [call["id"] for call in calls]
-        if len(set(ids)) != len(ids):
-            raise item["tool_calls"].error("two tool calls share an id")
         if calls:
             message["tool_calls"] = calls
     return message
