@@ -20,7 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from dsmlkit.dialects import get_dialect
@@ -93,8 +92,10 @@ def ours(text: str, dialect: str, chunks: list[str] | None, start_in: str = "con
     return elapsed
 
 
-def best_of(repeats: int, run: Callable[[], float]) -> float:
-    return min(run() for _ in range(repeats))
+def best_of(
+    repeats: int, text: str, dialect: str, chunks: list[str] | None, start_in: str = "content"
+) -> float:
+    return min(ours(text, dialect, chunks, start_in) for _ in range(repeats))
 
 
 def cli_cpu(path: Path, dialect: str) -> float:
@@ -185,8 +186,8 @@ def main() -> None:
     for size in sizes:
         text = call_output(values[size], dialect)
         chunks = chunked(text)
-        t_stream = best_of(args.repeats, lambda: ours(text, dialect, chunks))
-        t_whole = best_of(args.repeats, lambda: ours(text, dialect, None))
+        t_stream = best_of(args.repeats, text, dialect, chunks)
+        t_whole = best_of(args.repeats, text, dialect, None)
         streamed_times.append(t_stream)
         per = t_stream / len(chunks) * 1e6
         print(f"{f'call, {size // KB} KB value':<28}{t_stream:>12.4f}{per:>10.3f}{t_whole:>10.4f}")
@@ -194,16 +195,17 @@ def main() -> None:
     print(f"growth exponent 10 KB -> 1 MB (streamed): {exponent:.3f}   (target <= 1.1)\n")
 
     # 2. Plain content, reasoning, adversarial value.
-    big = code_text(1000 * KB, seed=2)
+    big_size = 1000 * KB
+    big = code_text(big_size, seed=2)
     others = [
         ("content, 1 MB", big, "content"),
         ("reasoning, 1 MB", big + "</think>ok", "reasoning"),
-        ("adversarial value, 1 MB", call_output(adversarial_text(1000 * KB, dialect), dialect), "content"),
+        ("adversarial value, 1 MB", call_output(adversarial_text(big_size, dialect), dialect), "content"),
     ]  # fmt: skip
     for name, text, start_in in others:
         chunks = chunked(text)
-        t_stream = best_of(args.repeats, lambda: ours(text, dialect, chunks, start_in))
-        t_whole = best_of(args.repeats, lambda: ours(text, dialect, None, start_in))
+        t_stream = best_of(args.repeats, text, dialect, chunks, start_in)
+        t_whole = best_of(args.repeats, text, dialect, None, start_in)
         per = t_stream / len(chunks) * 1e6
         print(f"{name:<28}{t_stream:>12.4f}{per:>10.3f}{t_whole:>10.4f}")
 
@@ -238,11 +240,11 @@ def main() -> None:
     print(f"\nPeers on the same inputs ({DELTA}-character deltas), same run:")
     results = run_peers(cases, dialect, args.peers_python, Path(args.shared_bench))
     ours_by_case = {}
-    for (name, text, _), size in zip(cases, peer_sizes):
+    for name, text, _ in cases:
         chunks = chunked(text)
         ours_by_case[name] = (
-            best_of(args.repeats, lambda: ours(text, dialect, chunks)),
-            best_of(args.repeats, lambda: ours(text, dialect, None)),
+            best_of(args.repeats, text, dialect, chunks),
+            best_of(args.repeats, text, dialect, None),
         )
     header = f"{'input':<10}{'parser':<10}{'streamed s':>12}{'whole s':>10}{'value ok':>10}"
     print(header + f"{'dsmlkit is faster (stream / whole)':>38}")
