@@ -125,7 +125,8 @@ for case in job["cases"]:
     for peer in job["peers"]:
         text = case["text"]
         t0 = time.process_time()
-        streamed = peers.stream(peer, job["version"], peers.chunked(text, job["delta"]), job["tools"])
+        chunks = peers.chunked(text, job["delta"])
+        streamed = peers.stream(peer, job["version"], chunks, job["tools"])
         t1 = time.process_time()
         whole = peers.parse(peer, job["version"], text, job["tools"])
         t2 = time.process_time()
@@ -197,10 +198,11 @@ def main() -> None:
     # 2. Plain content, reasoning, adversarial value.
     big_size = 1000 * KB
     big = code_text(big_size, seed=2)
+    adversarial = adversarial_text(big_size, dialect)
     others = [
         ("content, 1 MB", big, "content"),
         ("reasoning, 1 MB", big + "</think>ok", "reasoning"),
-        ("adversarial value, 1 MB", call_output(adversarial_text(big_size, dialect), dialect), "content"),
+        ("adversarial value, 1 MB", call_output(adversarial, dialect), "content"),
     ]  # fmt: skip
     for name, text, start_in in others:
         chunks = chunked(text)
