@@ -292,9 +292,11 @@ def test_anthropic_events_follow_the_documented_grammar() -> None:
 def test_empty_completion() -> None:
     req, areq = openai_request(), anthropic_request()
     body = openai_response(parse_whole(req, "</think>"), req, id="c", created=0)
+    ChatCompletion.model_validate(body)
     assert body["choices"][0]["message"] == {"role": "assistant", "content": None}
     assert body["choices"][0]["finish_reason"] == "stop"
     message = anthropic_response(parse_whole(areq, "</think>"), areq, id="m")
+    Message.model_validate(message)
     assert message["content"] == [{"type": "text", "text": ""}]
     assert message["stop_reason"] == "end_turn"
     events, _ = anthropic_stream(areq, ["</think>"])
@@ -304,6 +306,7 @@ def test_empty_completion() -> None:
 def test_stop_sequence_and_length() -> None:
     areq = anthropic_request(stop_sequences=["END"])
     message = anthropic_response(parse_whole(areq, "</think>ok"), areq, id="m", stop_sequence="END")
+    Message.model_validate(message)
     assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "END")
     events, _ = anthropic_stream(areq, ["</think>ok"], stop_sequence="END")
     assert events[-2][1]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
