@@ -36,7 +36,7 @@ from dsmlkit.api import (
     sse_openai,
 )
 from dsmlkit.dialects import V4_1
-from dsmlkit.parse import ParsedMessage, ToolCall
+from dsmlkit.parse import MessageCollector, ParsedMessage, ToolCall
 from tests.helpers import random_chunks, write_block
 
 STREAM_EVENT = TypeAdapter(RawMessageStreamEvent)
@@ -67,8 +67,6 @@ def ids(req: ChatRequest) -> Callable[[], str]:
 
 
 def parse_whole(req: ChatRequest, text: str, finish_reason: str | None = None) -> ParsedMessage:
-    from dsmlkit.parse import MessageCollector
-
     parser = req.new_parser("reasoning", id_factory=ids(req))
     collector = MessageCollector()
     collector.add(parser.feed(text))
