@@ -525,7 +525,7 @@ class Parser:
                     if isinstance(after, Tag) and after.kind is TagKind.BLOCK_CLOSE:
                         tentative_end = after.end
                     elif not (
-                        after is _EOO
+                        self._finished_here(after)
                         or (isinstance(after, Tag) and after.kind is TagKind.INVOKE_OPEN)
                     ):
                         return None
@@ -534,7 +534,7 @@ class Parser:
                 tentative_end = follower.end
             elif kind not in (TagKind.PARAM_OPEN, TagKind.INVOKE_OPEN):
                 return None
-        elif follower is not _EOO:
+        elif not self._finished_here(follower):
             return None
         self._value_text(call, buf[start:lt])
         self._note_typo(tag)
@@ -631,6 +631,10 @@ class Parser:
             tag = self._scan(buf, j)
             return _EOO if tag is CUT_OFF else tag
         return _BRACE if buf[j] == "{" else None
+
+    def _finished_here(self, follower: _Follower) -> bool:
+        """Did the output end here on its own? (A ``length`` cut-off did not finish it.)"""
+        return follower is _EOO and self._engine_finish != "length"
 
     # ------------------------------------------------------------------ calls
 
