@@ -314,6 +314,29 @@ def test_a_value_with_single_closing_tags_is_not_reported() -> None:
     assert result.notes == ()
 
 
+@pytest.mark.parametrize(
+    "value",
+    [
+        'a</｜DSML｜ parameter><｜DSML｜ parameter name="k" string="true">b',
+        'a</|DSML|parameter>\n<|DSML|parameter name="k" string="false">1',
+    ],
+)
+def test_a_value_the_parser_would_split_is_reported(value: str) -> None:
+    result = render(_with_call({"text": value}))
+    assert value in result.prompt
+    assert result.notes == (
+        "messages[2] does not read back as written (tool calls differ when parsed): its text "
+        "holds DSML, think or EOS tag text that a parser takes for markup",
+    )
+
+
+def test_reasoning_holding_the_think_closer_is_reported_only_where_rendered() -> None:
+    messages = [*SYSTEM_AND_USER, {"role": "assistant", "reasoning": "a</think>b", "content": "c"}]
+    assert len(render(messages).notes) == 1
+    assert "reasoning and content differ" in render(messages).notes[0]
+    assert render(messages, mode="chat").notes == ()
+
+
 def _two_calls_answered_in_reverse() -> list[dict[str, Any]]:
     return [
         *SYSTEM_AND_USER,

@@ -102,7 +102,7 @@ def test_parser_reads_back_the_rendered_assistant_turn(
     dialect, mode, message = case
     prefix = render([QUESTION], dialect=dialect, mode=mode)
     full = render([QUESTION, message], dialect=dialect, mode=mode, add_generation_prompt=False)
-    assume(not full.notes)  # reported: a value holds the whole closing sequence
+    assume(not full.notes)  # reported: text the format cannot carry
 
     assert full.prompt.startswith(prefix.prompt)
     output = full.prompt[len(prefix.prompt) :]

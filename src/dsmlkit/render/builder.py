@@ -36,9 +36,12 @@ class PromptBuilder:
     def __init__(self) -> None:
         self._pieces: list[Piece] = []
         self._text_run: list[str] = []
+        #: Characters written so far (an offset into the finished prompt).
+        self.length = 0
 
     def template(self, text: str) -> None:
         """Append text the template writes; its special tokens are flagged."""
+        self.length += len(text)
         for piece, is_special in _split_template(text):
             if is_special:
                 self._flush()
@@ -49,6 +52,7 @@ class PromptBuilder:
     def text(self, text: str) -> None:
         """Append text that came from the caller (never special)."""
         if text:
+            self.length += len(text)
             self._text_run.append(text)
 
     def pieces(self) -> tuple[Piece, ...]:

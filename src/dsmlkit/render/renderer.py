@@ -24,6 +24,7 @@ from typing import Any, Literal, TypeVar
 from dsmlkit.dialects import BOS, EOS, MARKER, THINK_CLOSE, THINK_OPEN, V3_2, V4_1, Dialect
 from dsmlkit.dialects import get_dialect as _lookup_dialect
 from dsmlkit.errors import InvalidRequest
+from dsmlkit.parse import parse
 from dsmlkit.render.builder import Piece, PromptBuilder
 from dsmlkit.render.conversation import (
     HistoryCall,
@@ -91,6 +92,16 @@ class _UserTurn:
 
     blocks: list[Part | Message] = field(default_factory=list)
     task: str | None = None
+
+
+@dataclass(frozen=True)
+class _ReadBack:
+    """An assistant turn to parse back: ``prompt[start:end]`` is its text without EOS."""
+
+    message: Message
+    start: int
+    end: int
+    with_reasoning: bool
 
 
 _TurnT = TypeVar("_TurnT", _UserTurn | Message, Message)
@@ -166,8 +177,10 @@ def render(
     else:
         writer.render_v4(conversation)
     pieces = writer.out.pieces()
+    prompt = "".join(text for text, _ in pieces)
+    writer.check_read_backs(prompt)
     return RenderResult(
-        prompt="".join(text for text, _ in pieces),
+        prompt=prompt,
         pieces=pieces,
         output_starts_in=writer.starts_in,
         stop=(EOS,),
@@ -263,6 +276,7 @@ class _Writer:
             tool.name: tool for message in conversation for tool in message.tools
         }
         self._closing_sequence = _closing_sequence_pattern(options.dialect)
+        self._read_backs: list[_ReadBack] = []
 
     # -- V3.2 ---------------------------------------------------------------------------
 
@@ -453,8 +467,9 @@ class _Writer:
 
     def _assistant(self, message: Message, with_reasoning: bool, is_last: bool) -> None:
         continuing = is_last and self.options.continue_final_message
-        reasoning = message.reasoning or ""
+        reasoning = (message.reasoning or "") if with_reasoning else ""
         content = message.text()
+        start = self.out.length
         self.starts_in = "content"
         if with_reasoning:
             self.out.text(reasoning)
@@ -463,13 +478,39 @@ class _Writer:
             else:
                 self.out.template(THINK_CLOSE)
         self.out.text(content)
+        tag_like = _has_tag_text(reasoning) or _has_tag_text(content)
         if message.tool_calls:
-            self._calls_block(message)
+            tag_like |= self._calls_block(message)
+        if tag_like and not continuing:
+            self._read_backs.append(_ReadBack(message, start, self.out.length, with_reasoning))
         if not (message.wo_eos or continuing):
             self.out.template(EOS)
 
-    def _calls_block(self, message: Message) -> None:
+    def check_read_backs(self, prompt: str) -> None:
+        """Report assistant turns holding tag text that the parser reads differently."""
+        for item in self._read_backs:
+            start_in: OutputStart = "reasoning" if item.with_reasoning else "content"
+            parsed = parse(prompt[item.start : item.end], self.options.dialect, start_in=start_in)
+            message = item.message
+            differs = []
+            if item.with_reasoning and parsed.reasoning != (message.reasoning or ""):
+                differs.append("reasoning")
+            if parsed.content != message.text():
+                differs.append("content")
+            sent = [(call.name, _json(call.arguments)) for call in message.tool_calls]
+            if [(call.name, _json(call.arguments)) for call in parsed.calls] != sent:
+                differs.append("tool calls")
+            if differs:
+                self.notes.append(
+                    f"{message.param} does not read back as written ({' and '.join(differs)} "
+                    "differ when parsed): its text holds DSML, think or EOS tag text that a "
+                    "parser takes for markup"
+                )
+
+    def _calls_block(self, message: Message) -> bool:
+        """Write the calls; True if a name, key or value holds tag-like text."""
         dialect = self.options.dialect
+        tag_like = False
         self.out.template(f"\n\n<{MARKER}{dialect.block}>\n")
         for i, call in enumerate(message.tool_calls):
             if i:
@@ -477,9 +518,11 @@ class _Writer:
             self.out.template(f'<{MARKER}{dialect.invoke} name="')
             self.out.text(call.name)
             self.out.template('">\n')
+            tag_like |= _has_tag_text(call.name)
             for j, (key, value) in enumerate(call.arguments.items()):
                 is_string = isinstance(value, str)
                 text = value if is_string else _json(value)
+                tag_like |= _has_tag_text(str(key)) or _has_tag_text(text)
                 if self._closing_sequence.search(text):
                     self.notes.append(
                         f"{message.param}.tool_calls[{i}]: parameter {key!r} holds the whole "
@@ -495,6 +538,7 @@ class _Writer:
                 self.out.template(f"</{MARKER}{dialect.parameter}>")
             self.out.template(f"\n</{MARKER}{dialect.invoke}>")
         self.out.template(f"\n</{MARKER}{dialect.block}>")
+        return tag_like
 
 
 def _merge_user_turns(conversation: Sequence[Message]) -> list[_UserTurn | Message]:
@@ -555,6 +599,14 @@ def _closing_sequence_pattern(dialect: Dialect) -> re.Pattern[str]:
         for name in (dialect.parameter, dialect.invoke, dialect.block)
     ]
     return re.compile(r"\s*".join(closers))
+
+
+#: Caller text holding one of these may be read as markup by a parser.
+_TAG_TEXT = ("DSML", "think>", EOS)
+
+
+def _has_tag_text(text: str) -> bool:
+    return any(tag in text for tag in _TAG_TEXT)
 
 
 def _json(value: Any) -> str:
