@@ -399,3 +399,19 @@ def test_bad_options_raise() -> None:
 def test_arguments_json_is_valid_json_for_every_call() -> None:
     message = both_modes(write_block(V4, [("f", {"a": 'é\n"', "b": [1, None], "c": 1.5})]))
     assert json.loads(message.calls[0].arguments_json) == {"a": 'é\n"', "b": [1, None], "c": 1.5}
+
+
+def test_missing_or_odd_string_attribute_means_a_string_value() -> None:
+    text = (
+        '\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n'
+        '<｜DSML｜parameter name="a">x</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="b" string="invalid">2</｜DSML｜parameter>\n'
+        '<｜DSML｜parameter name="c" string="false">2</｜DSML｜parameter>\n'
+        "</｜DSML｜invoke>\n</｜DSML｜tool_calls>"
+    )
+    lenient = both_modes(text)
+    assert calls_of(lenient) == [("f", {"a": "x", "b": "2", "c": 2})]
+    assert kinds(lenient) == ["typo_markup", "typo_markup"]
+    strict = both_modes(text, strict=True)
+    assert calls_of(strict) == [("f", {"c": 2})]
+    assert kinds(strict) == ["stray_text"]

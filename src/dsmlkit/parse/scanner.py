@@ -101,9 +101,19 @@ def _attr_patterns(atoms: list[_Atom]) -> tuple[re.Pattern[str], re.Pattern[str]
     return re.compile(full), re.compile(_prefix_regex(atoms))
 
 
+def _optional(atoms: list[_Atom]) -> _Atom:
+    return f"(?:{''.join(atom[0] for atom in atoms)})?", _prefix_regex(atoms)
+
+
+# Lenient parameter openers also take a missing or odd ``string`` attribute (seen in the
+# field); anything but "false" then means a string value.
+_ANY_VALUE: _Atom = (r'"([^"\n]*)"', r'(?:"[^"\n]*)?')
+_LOOSE_STRING_ATTR = [_WS1, _literal("string"), *_EQ, _ANY_VALUE]
+
 _CLOSE_ATTRS = _attr_patterns(_END)
 _INVOKE_ATTRS = _attr_patterns(_NAME_ATTR + _END)
 _PARAM_ATTRS = _attr_patterns(_NAME_ATTR + _STRING_ATTR + _END)
+_LOOSE_PARAM_ATTRS = _attr_patterns([*_NAME_ATTR, _optional(_LOOSE_STRING_ATTR), *_END])
 
 
 @dataclass(frozen=True)
@@ -209,12 +219,19 @@ class TagScanner:
         if role is None:
             return None
         kind = (_CLOSE_KIND if closing else _OPEN_KIND)[role]
-        full, prefix = _CLOSE_ATTRS if closing else _ATTRS[kind]
+        if kind is TagKind.PARAM_OPEN and self._grammar.lenient:
+            full, prefix = _LOOSE_PARAM_ATTRS
+        else:
+            full, prefix = _CLOSE_ATTRS if closing else _ATTRS[kind]
         match = full.match(text, i)
         if match is None:
             return PENDING if prefix.fullmatch(text, i) else None
-        if role == _PARAM and not closing:
-            name, is_string = match.group(1), match.group(2) == "true"
+        if kind is TagKind.PARAM_OPEN:
+            name, flag = match.group(1), match.group(2)
+            is_string = flag != "false"
+            if flag not in ("true", "false"):
+                attribute = "no string attribute" if flag is None else f"string={flag!r}"
+                typo = ", ".join(t for t in (typo, attribute) if t)
         else:
             name, is_string = (match.group(1) if kind is TagKind.INVOKE_OPEN else ""), True
         typo = ", ".join(t for t in (marker_typo, typo) if t)
