@@ -325,16 +325,9 @@ def test_a_value_the_parser_would_split_is_reported(value: str) -> None:
     result = render(_with_call({"text": value}))
     assert value in result.prompt
     assert result.notes == (
-        "messages[2] does not read back as written (tool calls differ when parsed): its text "
-        "holds DSML, think or EOS tag text that a parser takes for markup",
+        "messages[2].tool_calls: a value holds DSML tag text that a parser takes for markup, "
+        "so the calls do not read back as written",
     )
-
-
-def test_reasoning_holding_the_think_closer_is_reported_only_where_rendered() -> None:
-    messages = [*SYSTEM_AND_USER, {"role": "assistant", "reasoning": "a</think>b", "content": "c"}]
-    assert len(render(messages).notes) == 1
-    assert "reasoning and content differ" in render(messages).notes[0]
-    assert render(messages, mode="chat").notes == ()
 
 
 def _two_calls_answered_in_reverse() -> list[dict[str, Any]]:

@@ -9,15 +9,16 @@ unflagged pieces are joined, so the pieces stay few.
 
 from __future__ import annotations
 
-import functools
-
 from dsmlkit.render.templates import SPECIAL_TOKEN_PATTERN
 
 Piece = tuple[str, bool]
 
+#: Template text split into pieces (None: no special token in it), by text. Only template
+#: strings land here, and the templates are a fixed set of constants, so it stays small.
+_SPLITS: dict[str, tuple[Piece, ...] | None] = {}
 
-@functools.lru_cache(maxsize=512)
-def _split_template(text: str) -> tuple[Piece, ...]:
+
+def _split_template(text: str) -> tuple[Piece, ...] | None:
     pieces: list[Piece] = []
     start = 0
     for match in SPECIAL_TOKEN_PATTERN.finditer(text):
@@ -25,6 +26,8 @@ def _split_template(text: str) -> tuple[Piece, ...]:
             pieces.append((text[start : match.start()], False))
         pieces.append((match.group(), True))
         start = match.end()
+    if not pieces:
+        return None
     if start < len(text):
         pieces.append((text[start:], False))
     return tuple(pieces)
@@ -42,12 +45,23 @@ class PromptBuilder:
     def template(self, text: str) -> None:
         """Append text the template writes; its special tokens are flagged."""
         self.length += len(text)
-        for piece, is_special in _split_template(text):
-            if is_special:
-                self._flush()
-                self._pieces.append((piece, True))
-            else:
-                self._text_run.append(piece)
+        try:
+            split = _SPLITS[text]
+        except KeyError:
+            split = _SPLITS[text] = _split_template(text)
+        if split is None:
+            if text:
+                self._text_run.append(text)
+            return
+        run = self._text_run
+        for piece, is_special in split:
+            if not is_special:
+                run.append(piece)
+                continue
+            if run:
+                self._pieces.append(("".join(run), False))
+                run.clear()
+            self._pieces.append((piece, True))
 
     def text(self, text: str) -> None:
         """Append text that came from the caller (never special)."""
@@ -57,10 +71,7 @@ class PromptBuilder:
 
     def pieces(self) -> tuple[Piece, ...]:
         """The pieces so far; their texts concatenate to the prompt."""
-        self._flush()
-        return tuple(self._pieces)
-
-    def _flush(self) -> None:
         if self._text_run:
             self._pieces.append(("".join(self._text_run), False))
-            self._text_run = []
+            self._text_run.clear()
+        return tuple(self._pieces)

@@ -35,6 +35,14 @@ _PART_TYPES: dict[str, tuple[str, ...]] = {
 }
 _IMAGE_TYPES = ("image_url", "image")
 
+# One encoder for every call: json.dumps builds a new one each time it gets options.
+_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
+def to_json(value: Any) -> str:
+    """JSON as the reference encoders write it: ``json.dumps(value, ensure_ascii=False)``."""
+    return _JSON.encode(value)
+
 
 @dataclass(frozen=True)
 class Tool:
@@ -46,7 +54,7 @@ class Tool:
 
     def schema_line(self) -> str:
         """The tool's line in the tools section: ``json.dumps`` of the function object."""
-        return json.dumps(dict(self.function), ensure_ascii=False)
+        return to_json(dict(self.function))
 
 
 @dataclass(frozen=True)
@@ -78,9 +86,13 @@ class ToolReferencePart:
 Part: TypeAlias = TextPart | ImagePart | ToolReferencePart
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Message:
-    """One checked message. ``index`` is its position in the caller's list (-1: added)."""
+    """One checked message. ``index`` is its position in the caller's list (-1: added).
+
+    Treat it as read-only. It is not a frozen dataclass only because those initialise
+    several times slower, and a long agent history holds thousands of messages.
+    """
 
     index: int
     role: Role

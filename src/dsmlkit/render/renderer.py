@@ -15,7 +15,6 @@ the options.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -35,6 +34,7 @@ from dsmlkit.render.conversation import (
     Tool,
     ToolReferencePart,
     build_conversation,
+    to_json,
 )
 from dsmlkit.render.effort import effort_table as _effort_table
 from dsmlkit.render.templates import (
@@ -96,12 +96,11 @@ class _UserTurn:
 
 @dataclass(frozen=True)
 class _ReadBack:
-    """An assistant turn to parse back: ``prompt[start:end]`` is its text without EOS."""
+    """A call block to parse back: ``prompt[start:end]``."""
 
     message: Message
     start: int
     end: int
-    with_reasoning: bool
 
 
 _TurnT = TypeVar("_TurnT", _UserTurn | Message, Message)
@@ -177,7 +176,7 @@ def render(
     else:
         writer.render_v4(conversation)
     pieces = writer.out.pieces()
-    prompt = "".join(text for text, _ in pieces)
+    prompt = "".join([text for text, _ in pieces])
     writer.check_read_backs(prompt)
     return RenderResult(
         prompt=prompt,
@@ -276,6 +275,7 @@ class _Writer:
             tool.name: tool for message in conversation for tool in message.tools
         }
         self._closing_sequence = _closing_sequence_pattern(options.dialect)
+        self._markup = _Markup.of(options.dialect)
         self._read_backs: list[_ReadBack] = []
 
     # -- V3.2 ---------------------------------------------------------------------------
@@ -423,7 +423,7 @@ class _Writer:
         if message.response_format is not None:
             before, after = RESPONSE_FORMAT.split("{schema}")
             self.out.template(_SEPARATOR + before)
-            self.out.text(_json(message.response_format))
+            self.out.text(to_json(message.response_format))
             self.out.template(after)
 
     def _user_blocks(self, blocks: Sequence[Part | Message]) -> None:
@@ -467,9 +467,8 @@ class _Writer:
 
     def _assistant(self, message: Message, with_reasoning: bool, is_last: bool) -> None:
         continuing = is_last and self.options.continue_final_message
-        reasoning = (message.reasoning or "") if with_reasoning else ""
+        reasoning = message.reasoning or ""
         content = message.text()
-        start = self.out.length
         self.starts_in = "content"
         if with_reasoning:
             self.out.text(reasoning)
@@ -478,67 +477,90 @@ class _Writer:
             else:
                 self.out.template(THINK_CLOSE)
         self.out.text(content)
-        tag_like = _has_tag_text(reasoning) or _has_tag_text(content)
         if message.tool_calls:
-            tag_like |= self._calls_block(message)
-        if tag_like and not continuing:
-            self._read_backs.append(_ReadBack(message, start, self.out.length, with_reasoning))
+            self._calls_block(message)
         if not (message.wo_eos or continuing):
             self.out.template(EOS)
 
     def check_read_backs(self, prompt: str) -> None:
-        """Report assistant turns holding tag text that the parser reads differently."""
+        """Report call blocks whose values hold DSML text that the parser reads as markup."""
         for item in self._read_backs:
-            start_in: OutputStart = "reasoning" if item.with_reasoning else "content"
-            parsed = parse(prompt[item.start : item.end], self.options.dialect, start_in=start_in)
-            message = item.message
-            differs = []
-            if item.with_reasoning and parsed.reasoning != (message.reasoning or ""):
-                differs.append("reasoning")
-            if parsed.content != message.text():
-                differs.append("content")
-            sent = [(call.name, _json(call.arguments)) for call in message.tool_calls]
-            if [(call.name, _json(call.arguments)) for call in parsed.calls] != sent:
-                differs.append("tool calls")
-            if differs:
+            block = prompt[item.start : item.end]
+            parsed = parse(block, self.options.dialect, start_in="content")
+            sent = [(call.name, to_json(call.arguments)) for call in item.message.tool_calls]
+            if [(call.name, to_json(call.arguments)) for call in parsed.calls] != sent:
                 self.notes.append(
-                    f"{message.param} does not read back as written ({' and '.join(differs)} "
-                    "differ when parsed): its text holds DSML, think or EOS tag text that a "
-                    "parser takes for markup"
+                    f"{item.message.param}.tool_calls: a value holds DSML tag text that a "
+                    "parser takes for markup, so the calls do not read back as written"
                 )
 
-    def _calls_block(self, message: Message) -> bool:
-        """Write the calls; True if a name, key or value holds tag-like text."""
-        dialect = self.options.dialect
-        tag_like = False
-        self.out.template(f"\n\n<{MARKER}{dialect.block}>\n")
+    def _calls_block(self, message: Message) -> None:
+        markup = self._markup
+        start = self.out.length
+        holds_markup = False
+        self.out.template(markup.block_open)
         for i, call in enumerate(message.tool_calls):
-            if i:
-                self.out.template("\n")
-            self.out.template(f'<{MARKER}{dialect.invoke} name="')
+            self.out.template(markup.next_invoke_open if i else markup.invoke_open)
             self.out.text(call.name)
-            self.out.template('">\n')
-            tag_like |= _has_tag_text(call.name)
+            self.out.template(markup.invoke_name_end)
             for j, (key, value) in enumerate(call.arguments.items()):
                 is_string = isinstance(value, str)
-                text = value if is_string else _json(value)
-                tag_like |= _has_tag_text(str(key)) or _has_tag_text(text)
-                if self._closing_sequence.search(text):
-                    self.notes.append(
-                        f"{message.param}.tool_calls[{i}]: parameter {key!r} holds the whole "
-                        "DSML closing sequence, which the text format cannot represent; "
-                        "a parser may end the call there"
-                    )
-                if j:
-                    self.out.template("\n")
-                self.out.template(f'<{MARKER}{dialect.parameter} name="')
+                text = value if is_string else to_json(value)
+                if "DSML" in text:
+                    holds_markup = True
+                    self._note_closing_sequence(message, i, key, text)
+                self.out.template(markup.next_parameter_open if j else markup.parameter_open)
                 self.out.text(str(key))
-                self.out.template(f'" string="{"true" if is_string else "false"}">')
+                self.out.template(markup.string_value if is_string else markup.json_value)
                 self.out.text(text)
-                self.out.template(f"</{MARKER}{dialect.parameter}>")
-            self.out.template(f"\n</{MARKER}{dialect.invoke}>")
-        self.out.template(f"\n</{MARKER}{dialect.block}>")
-        return tag_like
+                self.out.template(markup.parameter_close)
+            self.out.template(markup.invoke_close)
+        self.out.template(markup.block_close)
+        if holds_markup:
+            self._read_backs.append(_ReadBack(message, start, self.out.length))
+
+    def _note_closing_sequence(self, message: Message, i: int, key: str, text: str) -> None:
+        if self._closing_sequence.search(text):
+            self.notes.append(
+                f"{message.param}.tool_calls[{i}]: parameter {key!r} holds the whole DSML "
+                "closing sequence, which the text format cannot represent; a parser may end "
+                "the call there"
+            )
+
+
+@dataclass(frozen=True)
+class _Markup:
+    """The tool-call markup strings of one dialect, around the caller's names and values."""
+
+    block_open: str
+    invoke_open: str
+    next_invoke_open: str
+    invoke_name_end: str
+    parameter_open: str
+    next_parameter_open: str
+    string_value: str
+    json_value: str
+    parameter_close: str
+    invoke_close: str
+    block_close: str
+
+    @classmethod
+    def of(cls, dialect: Dialect) -> _Markup:
+        invoke_open = f'<{MARKER}{dialect.invoke} name="'
+        parameter_open = f'<{MARKER}{dialect.parameter} name="'
+        return cls(
+            block_open=f"\n\n<{MARKER}{dialect.block}>\n",
+            invoke_open=invoke_open,
+            next_invoke_open="\n" + invoke_open,
+            invoke_name_end='">\n',
+            parameter_open=parameter_open,
+            next_parameter_open="\n" + parameter_open,
+            string_value='" string="true">',
+            json_value='" string="false">',
+            parameter_close=f"</{MARKER}{dialect.parameter}>",
+            invoke_close=f"\n</{MARKER}{dialect.invoke}>",
+            block_close=f"\n</{MARKER}{dialect.block}>",
+        )
 
 
 def _merge_user_turns(conversation: Sequence[Message]) -> list[_UserTurn | Message]:
@@ -599,15 +621,3 @@ def _closing_sequence_pattern(dialect: Dialect) -> re.Pattern[str]:
         for name in (dialect.parameter, dialect.invoke, dialect.block)
     ]
     return re.compile(r"\s*".join(closers))
-
-
-#: Caller text holding one of these may be read as markup by a parser.
-_TAG_TEXT = ("DSML", "think>", EOS)
-
-
-def _has_tag_text(text: str) -> bool:
-    return any(tag in text for tag in _TAG_TEXT)
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
