@@ -18,12 +18,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from dsmlkit.dialects import BOS, EOS, MARKER, THINK_CLOSE, THINK_OPEN, V3_2, V4_1, Dialect
 from dsmlkit.dialects import get_dialect as _lookup_dialect
 from dsmlkit.errors import InvalidRequest
-from dsmlkit.parse import parse
+from dsmlkit.parse import StartIn, parse
 from dsmlkit.render.builder import Piece, PromptBuilder
 from dsmlkit.render.conversation import (
     HistoryCall,
@@ -48,7 +48,6 @@ from dsmlkit.render.templates import (
     USER,
 )
 
-OutputStart = Literal["reasoning", "content"]
 MODES = ("thinking", "chat")
 TOOL_REFERENCE_MODES = ("name", "schema")
 _SEPARATOR = "\n\n"
@@ -68,7 +67,7 @@ class RenderResult:
 
     prompt: str
     pieces: tuple[Piece, ...]
-    output_starts_in: OutputStart
+    output_starts_in: StartIn
     stop: tuple[str, ...]
     notes: tuple[str, ...]
     dialect: str
@@ -270,7 +269,7 @@ class _Writer:
         self.options = options
         self.notes = notes
         self.out = PromptBuilder()
-        self.starts_in: OutputStart = "content"
+        self.starts_in: StartIn = "content"
         self.tools_by_name: dict[str, Tool] = {
             tool.name: tool for message in conversation for tool in message.tools
         }
