@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias
 
 from dsmlkit.errors import InvalidRequest
@@ -117,10 +117,7 @@ class Message:
 
 
 def build_conversation(
-    messages: Any,
-    tools: Any = None,
-    response_format: Any = None,
-    notes: list[str] | None = None,
+    messages: Any, tools: Any, response_format: Any, notes: list[str]
 ) -> list[Message]:
     """Check and normalise a conversation and attach request-level options.
 
@@ -128,8 +125,6 @@ def build_conversation(
     conversation does not start with one, an empty system message is added for them.
     Things that are rendered but worth telling the caller are appended to ``notes``.
     """
-    if notes is None:
-        notes = []
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("expected a non-empty list of messages", "messages")
     result = [_message(raw, index, notes) for index, raw in enumerate(messages)]
@@ -151,12 +146,8 @@ def _attach_to_system(
             "response_format is given both on the request and on messages[0]; give it once",
             "response_format",
         )
-    merged = Message(
-        first.index,
-        "system",
-        first.parts,
-        tools=first.tools + tools,
-        response_format=first.response_format or response_format,
+    merged = replace(
+        first, tools=first.tools + tools, response_format=first.response_format or response_format
     )
     return [merged, *messages[1:]]
 
