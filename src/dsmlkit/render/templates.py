@@ -91,33 +91,8 @@ Here are the functions available in JSONSchema format:
 </functions>
 """  # noqa: E501
 
-# The V3.2 tools section as the vLLM and SGLang copies store it (no blank lines).
-_V32_TOOLS_COMPACT = """## Tools
-You have access to a set of tools you can use to answer the user's question.
-You can invoke functions by writing a "<{dsml}function_calls>" block like the following as part of your reply to the user:
-<{dsml}function_calls>
-<{dsml}invoke name="$FUNCTION_NAME">
-<{dsml}parameter name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{dsml}parameter>
-...
-</{dsml}invoke>
-<{dsml}invoke name="$FUNCTION_NAME2">
-...
-</{dsml}invoke>
-</{dsml}function_calls>
-String and scalar parameters should be specified as is without any escaping or quotes, while lists and objects should use JSON format. The "string" attribute should be set to "true" for string type parameters and "false" for other types (numbers, booleans, arrays, objects).
-If the thinking_mode is enabled, then after function results you should strongly consider outputting a thinking block. Here is an example:
-<{dsml}function_calls>
-...
-</{dsml}function_calls>
-<function_results>
-...
-</function_results>
-{think_open}...thinking about results{think_close}
-Here are the functions available in JSONSchema format:
-<functions>
-{{tool_schemas}}
-</functions>
-"""  # noqa: E501
+# The vLLM and SGLang copies store the V3.2 tools section without those seven blank lines.
+_V32_TOOLS_COMPACT = _V32_TOOLS_OFFICIAL.replace("\n\n", "\n")
 
 # The V4 / V4.1 tools section; only the tag names differ between the two.
 _V4_TOOLS = """## Tools
