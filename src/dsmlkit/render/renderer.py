@@ -16,7 +16,7 @@ the options.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -103,6 +103,7 @@ class _ReadBack:
 
 
 _TurnT = TypeVar("_TurnT", _UserTurn | Message, Message)
+_ItemT = TypeVar("_ItemT")
 
 
 def render(
@@ -426,15 +427,27 @@ class _Writer:
             self.out.template(after)
 
     def _user_blocks(self, blocks: Sequence[Part | Message]) -> None:
-        for i, block in enumerate(blocks):
+        self._joined(blocks, self._user_block)
+
+    def _user_block(self, block: Part | Message) -> None:
+        if isinstance(block, Message):
+            self.out.template("<tool_result>")
+            self._tool_result_body(block)
+            self.out.template("</tool_result>")
+        else:
+            self._part(block)
+
+    def _tool_result_body(self, message: Message) -> None:
+        """References first, then the other parts, separated by blank lines."""
+        ordered = sorted(message.parts, key=lambda part: not isinstance(part, ToolReferencePart))
+        self._joined(ordered, self._part)
+
+    def _joined(self, items: Sequence[_ItemT], write: Callable[[_ItemT], None]) -> None:
+        """Write items with a blank line between neighbours, as the encoders join parts."""
+        for i, item in enumerate(items):
             if i:
                 self.out.template(_SEPARATOR)
-            if isinstance(block, Message):
-                self.out.template("<tool_result>")
-                self._tool_result_body(block)
-                self.out.template("</tool_result>")
-            else:
-                self._part(block)
+            write(item)
 
     def _part(self, part: Part) -> None:
         if isinstance(part, TextPart):
@@ -443,14 +456,6 @@ class _Writer:
             self.out.template(IMAGE)
         else:
             self.out.text(self._reference(part))
-
-    def _tool_result_body(self, message: Message) -> None:
-        """References first, then the other parts, separated by blank lines."""
-        ordered = sorted(message.parts, key=lambda part: not isinstance(part, ToolReferencePart))
-        for i, part in enumerate(ordered):
-            if i:
-                self.out.template(_SEPARATOR)
-            self._part(part)
 
     def _reference(self, reference: ToolReferencePart) -> str:
         tool = self.tools_by_name.get(reference.name)
