@@ -11,15 +11,17 @@ from typing import Any
 
 import uvicorn
 
+from dsmlkit.cli.serve_cmd import listening_socket
+
 
 @contextmanager
 def serve_in_thread(app: Any) -> Iterator[str]:
     """Serve ``app`` on 127.0.0.1 and yield its base URL; stops the server on exit."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock = listening_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=1)
+    config = uvicorn.Config(
+        app, interface="asgi3", log_level="warning", access_log=False, timeout_graceful_shutdown=1
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

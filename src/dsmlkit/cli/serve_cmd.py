@@ -10,6 +10,7 @@ import argparse
 import ipaddress
 import logging
 import os
+import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -116,12 +117,37 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # a tokenizer that cannot be loaded, reported plainly
         print(f"dsmlkit serve: {exc}", file=sys.stderr)
         return 1
+    try:
+        sock = listening_socket(args.host, args.port)
+    except OSError as exc:
+        print(f"dsmlkit serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
     _log_requests_to_stderr()
-    print(
-        _banner(args.host, args.port, config, app.state.dsmlkit.tokenizer_description), flush=True
-    )
-    uvicorn.run(app, host=args.host, port=args.port, access_log=False, log_level="warning")
+    description = app.state.dsmlkit.tokenizer_description
+    print(_banner(args.host, args.port, config, description), flush=True)
+    server = uvicorn.Server(uvicorn.Config(app, access_log=False, log_level="warning"))
+    server.run(sockets=[sock])
     return 0
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound TCP socket whose connections send small writes at once (TCP_NODELAY).
+
+    Accepted connections inherit the option; without it, a response's headers and body
+    (or two SSE events) written separately wait ~40 ms for the peer's delayed ACK.
+    """
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def _log_requests_to_stderr() -> None:

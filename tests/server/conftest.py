@@ -1,0 +1,125 @@
+"""Fixtures: a fake engine on a loopback port and gateways in front of it.
+
+The engine and the two standard gateways (completions and chat mode) live for the whole
+session; each test starts with an empty script and request log.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import anthropic
+import httpx
+import openai
+import pytest
+from fastapi.testclient import TestClient
+
+from dsmlkit.server import ServerConfig, create_app
+from tests.server.fake_engine import FakeEngine
+from tests.server.loopback import serve_in_thread
+
+#: Upstream read timeout of the test gateways: long enough for any replay, short enough
+#: that a hanging engine fails a test quickly.
+TEST_UPSTREAM_TIMEOUT = 1.5
+#: Client-side timeout: a gateway that hangs fails the test instead of blocking it.
+CLIENT_TIMEOUT = 8.0
+
+
+@dataclass
+class Gateway:
+    """A running gateway and clients pointed at it."""
+
+    url: str
+    engine: FakeEngine
+
+    def openai(self) -> openai.OpenAI:
+        return _openai_client(self.url)
+
+    def anthropic(self) -> anthropic.Anthropic:
+        return _anthropic_client(self.url)
+
+    def http(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=CLIENT_TIMEOUT)
+
+
+@functools.cache
+def _openai_client(url: str) -> openai.OpenAI:
+    """One client per gateway (building an SDK client costs tens of milliseconds)."""
+    return openai.OpenAI(
+        base_url=url + "/v1", api_key="test", max_retries=0, timeout=CLIENT_TIMEOUT
+    )
+
+
+@functools.cache
+def _anthropic_client(url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=url, api_key="test", max_retries=0, timeout=CLIENT_TIMEOUT)
+
+
+@pytest.fixture(scope="session")
+def engine_server() -> Iterator[tuple[FakeEngine, str]]:
+    engine = FakeEngine()
+    with serve_in_thread(engine.app) as url:
+        yield engine, url
+
+
+@pytest.fixture
+def engine(engine_server: tuple[FakeEngine, str]) -> FakeEngine:
+    fake = engine_server[0]
+    fake.script.clear()
+    fake.requests.clear()
+    fake.disconnects = 0
+    fake.on_chunk = None
+    return fake
+
+
+@pytest.fixture(scope="session")
+def start_gateway(
+    engine_server: tuple[FakeEngine, str],
+) -> Iterator[Callable[..., str]]:
+    """``start_gateway(**config)`` → the URL of a gateway in front of the fake engine,
+    started once per distinct config and kept for the session."""
+    running: dict[tuple[tuple[str, object], ...], str] = {}
+    with ExitStack() as stack:
+
+        def start(**options: object) -> str:
+            settings = {
+                "upstream": engine_server[1],
+                "upstream_timeout": TEST_UPSTREAM_TIMEOUT,
+                **options,
+            }
+            key = tuple(sorted(settings.items()))
+            if key not in running:
+                app = create_app(ServerConfig(**settings))  # type: ignore[arg-type]
+                running[key] = stack.enter_context(serve_in_thread(app))
+            return running[key]
+
+        yield start
+
+
+@pytest.fixture
+def completions_gateway(start_gateway: Callable[..., str], engine: FakeEngine) -> Gateway:
+    return Gateway(start_gateway(upstream_api="completions"), engine)
+
+
+@pytest.fixture
+def chat_gateway(start_gateway: Callable[..., str], engine: FakeEngine) -> Gateway:
+    return Gateway(start_gateway(upstream_api="chat"), engine)
+
+
+@pytest.fixture(scope="session")
+def local_client() -> Iterator[TestClient]:
+    """The render-only server, in-process."""
+    with TestClient(create_app(ServerConfig())) as client:
+        yield client
+
+
+def closed_port_url() -> str:
+    """A loopback URL nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}"

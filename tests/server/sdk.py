@@ -1,0 +1,106 @@
+"""Ask a gateway through the official SDKs and reduce the answer to comparable parts.
+
+Streams are accumulated by the SDKs' own helpers (openai's ``ChatCompletionStreamState``,
+anthropic's ``messages.stream`` / ``get_final_message``), which also check the stream's
+grammar; reasoning (a DeepSeek extension on the OpenAI side) is summed from the chunks.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+import openai
+from openai.lib.streaming.chat import ChatCompletionStreamState
+
+from tests.server.conftest import Gateway
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a client saw: text, reasoning, calls ``(id, name, arguments)`` and why it stopped."""
+
+    content: str
+    reasoning: str
+    calls: list[tuple[str, str, dict[str, Any]]]
+    finish: str
+
+
+def _arguments(text: str) -> dict[str, Any]:
+    """Arguments of a call; a cut-off stream's unfinished JSON is kept as ``{"partial": …}``."""
+    try:
+        arguments: dict[str, Any] = json.loads(text)
+    except ValueError:
+        return {"partial": text}
+    return arguments
+
+
+def ask(gateway: Gateway, api: str, stream: bool, *, thinking: bool, **extra: Any) -> Answer:
+    """One request with a single user turn (plus ``extra`` request fields)."""
+    messages = extra.pop("messages", [{"role": "user", "content": "go"}])
+    if api == "openai":
+        body: dict[str, Any] = {"model": "m", "messages": messages, **extra}
+        if not thinking:
+            body["extra_body"] = {"chat_template_kwargs": {"thinking": False}}
+        client = gateway.openai()
+        return ask_openai_stream(client, body) if stream else ask_openai(client, body)
+    body = {"model": "m", "max_tokens": 4096, "messages": messages, **extra}
+    if thinking:
+        body["thinking"] = {"type": "enabled", "budget_tokens": 1024}
+    client_a = gateway.anthropic()
+    return ask_anthropic_stream(client_a, body) if stream else ask_anthropic(client_a, body)
+
+
+def ask_openai(client: openai.OpenAI, body: dict[str, Any]) -> Answer:
+    completion = client.chat.completions.create(**body)
+    choice = completion.choices[0]
+    extra = choice.message.model_extra or {}
+    calls = [
+        (call.id, call.function.name, _arguments(call.function.arguments))
+        for call in choice.message.tool_calls or []
+        if call.type == "function"
+    ]
+    return Answer(
+        choice.message.content or "",
+        extra.get("reasoning_content") or "",
+        calls,
+        choice.finish_reason,
+    )
+
+
+def ask_openai_stream(client: openai.OpenAI, body: dict[str, Any]) -> Answer:
+    state: ChatCompletionStreamState = ChatCompletionStreamState()
+    reasoning = []
+    for chunk in client.chat.completions.create(stream=True, **body):
+        state.handle_chunk(chunk)
+        for choice in chunk.choices:
+            piece = (choice.delta.model_extra or {}).get("reasoning_content")
+            reasoning.append(piece or "")
+    choice = state.current_completion_snapshot.choices[0]  # (the final one raises on length)
+    calls = [
+        (call.id, call.function.name, _arguments(call.function.arguments))
+        for call in choice.message.tool_calls or []
+    ]
+    return Answer(choice.message.content or "", "".join(reasoning), calls, choice.finish_reason)
+
+
+def _from_message(message: anthropic.types.Message) -> Answer:
+    content = "".join(block.text for block in message.content if block.type == "text")
+    reasoning = "".join(block.thinking for block in message.content if block.type == "thinking")
+    calls = [
+        (block.id, block.name, dict(block.input))  # type: ignore[call-overload]
+        for block in message.content
+        if block.type == "tool_use"
+    ]
+    return Answer(content, reasoning, calls, str(message.stop_reason))
+
+
+def ask_anthropic(client: anthropic.Anthropic, body: dict[str, Any]) -> Answer:
+    return _from_message(client.messages.create(**body))
+
+
+def ask_anthropic_stream(client: anthropic.Anthropic, body: dict[str, Any]) -> Answer:
+    with client.messages.stream(**body) as stream:
+        return _from_message(stream.get_final_message())
