@@ -71,6 +71,7 @@ def engine(engine_server: tuple[FakeEngine, str]) -> FakeEngine:
     fake = engine_server[0]
     fake.script.clear()
     fake.requests.clear()
+    fake.authorizations.clear()
     fake.disconnects = 0
     fake.on_chunk = None
     return fake

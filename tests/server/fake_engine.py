@@ -6,7 +6,8 @@ It serves OpenAI ``/v1/completions`` (raw model text, as vLLM streams it with
 request takes the next scripted :class:`Reply` (or ``default`` when the script is empty),
 replays it in small chunks and can fail on demand: an error status, a hang, a dropped
 connection or a malformed SSE event after N chunks. Received bodies are kept in
-``requests``; ``disconnects`` counts clients that went away while it was hanging.
+``requests`` (and their Authorization headers in ``authorizations``); ``disconnects`` counts
+clients that went away while it was hanging.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class FakeEngine:
     default: Reply = field(default_factory=lambda: Reply(text="Hello.", content="Hello."))
     script: deque[Reply] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)
+    authorizations: list[str | None] = field(default_factory=list)
     disconnects: int = 0
     #: ``on_chunk(request_body, chunk_index)`` is called just before a chunk is sent.
     on_chunk: Callable[[dict[str, Any], int], None] | None = None
@@ -70,6 +72,9 @@ class FakeEngine:
             return
         request = json.loads(body)
         self.requests.append(request)
+        headers = dict(scope["headers"])
+        authorization = headers.get(b"authorization")
+        self.authorizations.append(authorization.decode() if authorization else None)
         reply = self.script.popleft() if self.script else self.default
         if reply.status != 200:
             error = {"message": f"scripted failure {reply.status}", "type": "server_error"}

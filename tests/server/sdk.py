@@ -90,7 +90,7 @@ def _from_message(message: anthropic.types.Message) -> Answer:
     content = "".join(block.text for block in message.content if block.type == "text")
     reasoning = "".join(block.thinking for block in message.content if block.type == "thinking")
     calls = [
-        (block.id, block.name, dict(block.input))  # type: ignore[call-overload]
+        (block.id, block.name, dict(block.input))
         for block in message.content
         if block.type == "tool_use"
     ]

@@ -154,7 +154,8 @@ async def count_tokens(request: Request) -> dict[str, Any]:
 @router.post("/v1/parse")
 async def parse_output(request: Request) -> dict[str, Any]:
     """Raw model text → an OpenAI ``chat.completion`` (``"api": "openai"``, default) or an
-    Anthropic ``message`` (``"api": "anthropic"``), plus the parser's ``diagnostics``.
+    Anthropic ``message`` (``"api": "anthropic"``); the parser's findings are added as
+    ``parse_diagnostics``.
 
     Body: ``text`` (required), ``api``, ``dialect`` (default: the server's), ``start_in``
     (``content`` default, or ``reasoning``), ``tools`` (in that API's format),
@@ -194,7 +195,7 @@ async def parse_output(request: Request) -> dict[str, Any]:
         usage=None,
         stop_sequence=None,
     )
-    response["diagnostics"] = [
+    response["parse_diagnostics"] = [
         {"kind": d.kind, "message": d.message, "text": d.text} for d in diagnostics
     ]
     return response

@@ -1,0 +1,210 @@
+"""ChatRepair: a hosted chat stream with leaked DSML → one well-formed event stream."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dsmlkit.dialects import V4, V4_1
+from dsmlkit.parse import (
+    ArgumentsDelta,
+    Event,
+    MessageCollector,
+    ParsedMessage,
+    Parser,
+    ReasoningDelta,
+    ReasoningEnd,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from dsmlkit.server.chat_repair import ChatRepair
+from tests.helpers import write_block
+
+BLOCK = write_block(V4_1, [("get_weather", {"city": "Paris"})])
+
+
+def _repair() -> ChatRepair:
+    ids = itertools.count()
+    return ChatRepair(
+        lambda: Parser("v4.1", start_in="content", id_factory=lambda: f"call_{next(ids)}"),
+        lambda: "call_minted",
+    )
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def run(deltas: Sequence[dict[str, Any]], finish: str = "stop") -> list[Event]:
+    repair = _repair()
+    events: list[Event] = []
+    for delta in deltas:
+        events += repair.feed(delta)
+    return events + repair.close(finish)
+
+
+def collect(events: list[Event]) -> ParsedMessage:
+    collector = MessageCollector()
+    collector.add(events)
+    return collector.message()
+
+
+def check_stream_shape(events: list[Event]) -> None:
+    """The event contract: calls numbered in order, never interleaved, fragments add up."""
+    open_index: int | None = None
+    fragments: dict[int, list[str]] = {}
+    next_index = 0
+    assert sum(isinstance(e, ReasoningEnd) for e in events) <= 1
+    for event in events:
+        if isinstance(event, ToolCallStart):
+            assert open_index is None and event.index == next_index
+            open_index, next_index = event.index, next_index + 1
+            fragments[event.index] = []
+        elif isinstance(event, ArgumentsDelta):
+            assert event.index == open_index
+            fragments[event.index].append(event.text)
+        elif isinstance(event, ToolCallEnd):
+            assert event.index == open_index
+            assert "".join(fragments[event.index]) == event.arguments_json
+            open_index = None
+
+
+def calls_of(message: ParsedMessage) -> list[tuple[str, str, dict[str, Any]]]:
+    return [(call.id, call.name, call.arguments) for call in message.calls]
+
+
+def test_dsml_leaked_into_content_becomes_a_call() -> None:
+    deltas = [{"content": piece} for piece in _pieces("Let me check." + BLOCK, 4)]
+    events = run(deltas)
+    check_stream_shape(events)
+    message = collect(events)
+    assert message.content == "Let me check."
+    assert calls_of(message) == [("call_0", "get_weather", {"city": "Paris"})]
+    assert message.finish_reason == "tool_calls"
+
+
+def test_dsml_leaked_into_reasoning_becomes_a_call_after_the_reasoning() -> None:
+    text = "I need the weather." + write_block(V4, [("get_weather", {"city": "Rome"})])
+    deltas = [{"reasoning_content": piece} for piece in _pieces(text, 5)]
+    events = run(deltas)
+    check_stream_shape(events)
+    message = collect(events)
+    assert message.reasoning == "I need the weather."
+    assert message.content == ""
+    assert calls_of(message) == [("call_0", "get_weather", {"city": "Rome"})]
+    first_call = next(i for i, e in enumerate(events) if isinstance(e, ToolCallStart))
+    assert isinstance(events[first_call - 1], ReasoningEnd)
+
+
+def test_reasoning_alias_and_think_tags_in_content_are_reasoning() -> None:
+    message = collect(run([{"reasoning": "a"}, {"content": "b"}]))
+    assert (message.reasoning, message.content) == ("a", "b")
+    message = collect(run([{"content": "<think>plan</think>"}, {"content": "answer"}]))
+    assert (message.reasoning, message.content) == ("plan", "answer")
+
+
+def _upstream_call(index: int, call_id: str, name: str, arguments: str) -> list[dict[str, Any]]:
+    head = {"index": index, "id": call_id, "type": "function", "function": {"name": name}}
+    pieces = [{"index": index, "function": {"arguments": p}} for p in _pieces(arguments, 3)]
+    return [{"tool_calls": [head]}, *({"tool_calls": [piece]} for piece in pieces)]
+
+
+def test_proper_tool_calls_pass_through_with_their_ids() -> None:
+    deltas = [
+        {"content": "Two calls."},
+        *_upstream_call(0, "call_up0", "get_weather", '{"city": "Oslo"}'),
+        *_upstream_call(1, "call_up1", "get_time", '{"tz": "UTC"}'),
+    ]
+    events = run(deltas, "tool_calls")
+    check_stream_shape(events)
+    message = collect(events)
+    assert message.content == "Two calls."
+    assert calls_of(message) == [
+        ("call_up0", "get_weather", {"city": "Oslo"}),
+        ("call_up1", "get_time", {"tz": "UTC"}),
+    ]
+
+
+def test_upstream_call_waits_while_a_leaked_call_is_open() -> None:
+    leaked = "Both." + BLOCK
+    split = leaked.index("Paris")
+    deltas = [
+        {"content": leaked[:split]},
+        *_upstream_call(0, "call_up", "get_time", '{"tz": "UTC"}'),
+        {"content": leaked[split:]},
+    ]
+    events = run(deltas, "tool_calls")
+    check_stream_shape(events)
+    assert calls_of(collect(events)) == [
+        ("call_0", "get_weather", {"city": "Paris"}),
+        ("call_up", "get_time", {"tz": "UTC"}),
+    ]
+
+
+def test_cut_off_leaked_call_is_reported_not_returned() -> None:
+    leaked = "Checking." + BLOCK
+    events = run([{"content": leaked[: leaked.index("Paris") + 2]}], "length")
+    check_stream_shape(events)
+    message = collect(events)
+    assert message.calls == ()
+    assert message.finish_reason == "length"
+    assert [d.kind for d in message.diagnostics] == ["truncated_call"]
+
+
+def test_odd_upstream_arguments_are_reported_and_kept_as_objects() -> None:
+    deltas = [
+        *_upstream_call(0, "call_a", "f", "not json"),
+        *_upstream_call(1, "call_b", "g", ""),
+        {"tool_calls": [{"index": 2, "function": {"arguments": '{"x": 1}'}}]},
+    ]
+    events = run(deltas, "tool_calls")
+    check_stream_shape(events)
+    message = collect(events)
+    assert [(c.name, c.arguments, c.arguments_json) for c in message.calls] == [
+        ("f", {}, "not json"),
+        ("g", {}, "{}"),
+    ]
+    kinds = sorted(d.kind for d in message.diagnostics)
+    assert kinds == ["upstream_arguments_not_object", "upstream_call_without_name"]
+
+
+def test_upstream_call_without_id_gets_one() -> None:
+    deltas = [{"tool_calls": [{"index": 0, "function": {"name": "f", "arguments": "{}"}}]}]
+    assert calls_of(collect(run(deltas, "tool_calls"))) == [("call_minted", "f", {})]
+
+
+CHUNKINGS = st.lists(st.integers(min_value=1, max_value=9), min_size=1)
+
+
+@settings(derandomize=True, max_examples=60, deadline=None)
+@given(sizes=CHUNKINGS, reasoning=st.text(max_size=20), content=st.text(max_size=20))
+def test_result_does_not_depend_on_chunking(sizes: list[int], reasoning: str, content: str) -> None:
+    """Any split of the leaked texts gives the same message as one delta each."""
+    leaked_reasoning = reasoning.replace("<", "")
+    leaked_content = content.replace("<", "") + write_block(
+        V4_1, [("write", {"text": "a </｜DSML｜ parameter> b", "n": 3})]
+    )
+    whole = collect(run([{"reasoning_content": leaked_reasoning}, {"content": leaked_content}]))
+    deltas: list[dict[str, Any]] = []
+    for key, text in (("reasoning_content", leaked_reasoning), ("content", leaked_content)):
+        start, sizes_cycle = 0, itertools.cycle(sizes)
+        while start < len(text):
+            size = next(sizes_cycle)
+            deltas.append({key: text[start : start + size]})
+            start += size
+    events = run(deltas)
+    check_stream_shape(events)
+    chunked = collect(events)
+    assert (chunked.reasoning, chunked.content) == (whole.reasoning, whole.content)
+    assert (
+        calls_of(chunked)
+        == calls_of(whole)
+        == [("call_0", "write", {"text": "a </｜DSML｜ parameter> b", "n": 3})]
+    )
+    assert not any(isinstance(e, ReasoningDelta) and not e.text for e in events)
+    assert json.loads(chunked.calls[0].arguments_json) == chunked.calls[0].arguments

@@ -1,0 +1,148 @@
+"""The gateway in front of a leaky hosted /v1/chat/completions, driven by the official SDKs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dsmlkit.dialects import ASCII_MARKER, V4, V4_1
+from tests.helpers import write_block
+from tests.server.conftest import Gateway
+from tests.server.fake_engine import FakeEngine, Reply
+from tests.server.sdk import ask
+
+APIS = [("openai", False), ("openai", True), ("anthropic", False), ("anthropic", True)]
+API_IDS = ["openai", "openai-stream", "anthropic", "anthropic-stream"]
+
+NOTE = {"text": "closing tags </｜DSML｜ parameter> and </｜DSML｜ invoke> are text", "n": 2}
+LEAKED = "Let me check." + write_block(V4_1, [("get_weather", {"city": "Paris"}), ("note", NOTE)])
+
+
+def _names_and_args(answer: Any) -> list[tuple[str, dict[str, Any]]]:
+    return [(name, args) for _, name, args in answer.calls]
+
+
+@pytest.mark.parametrize(("api", "stream"), APIS, ids=API_IDS)
+def test_leaked_dsml_in_content_is_repaired_into_calls(
+    chat_gateway: Gateway, api: str, stream: bool
+) -> None:
+    chat_gateway.engine.push(Reply(content=LEAKED, chunk_size=3))
+    answer = ask(chat_gateway, api, stream, thinking=False)
+    assert answer.content == "Let me check."
+    assert _names_and_args(answer) == [("get_weather", {"city": "Paris"}), ("note", NOTE)]
+    assert answer.finish == ("tool_calls" if api == "openai" else "tool_use")
+
+
+@pytest.mark.parametrize(("api", "stream"), APIS, ids=API_IDS)
+def test_leaked_dsml_in_reasoning_is_repaired(
+    chat_gateway: Gateway, api: str, stream: bool
+) -> None:
+    block = write_block(V4, [("search", {"q": "dsml"})], marker=ASCII_MARKER)
+    chat_gateway.engine.push(Reply(reasoning="Search first." + block, chunk_size=4))
+    answer = ask(chat_gateway, api, stream, thinking=True)
+    assert answer.reasoning == "Search first."
+    assert answer.content == ""
+    assert _names_and_args(answer) == [("search", {"q": "dsml"})]
+
+
+@pytest.mark.parametrize(("api", "stream"), APIS, ids=API_IDS)
+def test_proper_tool_calls_pass_through_after_repaired_ones(
+    chat_gateway: Gateway, api: str, stream: bool
+) -> None:
+    proper = {"id": "call_upstream1", "name": "get_time", "arguments": '{"tz": "UTC"}'}
+    chat_gateway.engine.push(
+        Reply(content=LEAKED, tool_calls=(proper,), finish_reason="tool_calls", chunk_size=5)
+    )
+    answer = ask(chat_gateway, api, stream, thinking=False)
+    assert _names_and_args(answer) == [
+        ("get_weather", {"city": "Paris"}),
+        ("note", NOTE),
+        ("get_time", {"tz": "UTC"}),
+    ]
+    assert answer.calls[2][0] == "call_upstream1"
+
+
+@pytest.mark.parametrize(("api", "stream"), APIS, ids=API_IDS)
+def test_plain_answers_pass_unchanged(chat_gateway: Gateway, api: str, stream: bool) -> None:
+    text = "No tools needed: 2 < 3 and <b>bold</b> stays."
+    chat_gateway.engine.push(Reply(content=text, reasoning="Easy.", chunk_size=2))
+    answer = ask(chat_gateway, api, stream, thinking=True)
+    assert (answer.reasoning, answer.content, answer.calls) == ("Easy.", text, [])
+    assert answer.finish == ("stop" if api == "openai" else "end_turn")
+
+
+def test_cut_off_leak_is_not_a_call(chat_gateway: Gateway) -> None:
+    chat_gateway.engine.push(Reply(content=LEAKED[: LEAKED.index("Paris")], finish_reason="length"))
+    answer = ask(chat_gateway, "anthropic", False, thinking=False)
+    assert (answer.content, answer.calls, answer.finish) == ("Let me check.", [], "max_tokens")
+
+
+def test_openai_request_is_forwarded_as_sent(chat_gateway: Gateway) -> None:
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
+    body = {
+        "model": "deepseek-chat",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": tools,
+        "temperature": 0.2,
+        "user": "someone",
+    }
+    with chat_gateway.http() as http:
+        assert http.post("/v1/chat/completions", json=body).status_code == 200
+    sent = chat_gateway.engine.requests[-1]
+    assert sent == {**body, "stream": True, "stream_options": {"include_usage": True}}
+
+
+def test_anthropic_request_is_converted_to_chat(chat_gateway: Gateway) -> None:
+    chat_gateway.engine.push(Reply(content="Sunny."))
+    message = chat_gateway.anthropic().messages.create(
+        model="claude-sonnet-4-5",
+        max_tokens=300,
+        system="Be brief.",
+        tools=[{"name": "get_weather", "input_schema": {"type": "object"}}],
+        messages=[
+            {"role": "user", "content": "Weather?"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}}
+                ],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "sun"}],
+            },
+        ],
+    )
+    assert message.content[0].type == "text" and message.content[0].text == "Sunny."
+    sent = chat_gateway.engine.requests[-1]
+    assert sent["model"] == "claude-sonnet-4-5"
+    assert sent["max_tokens"] == 300
+    assert sent["stream"] is True
+    assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "tool"]
+    assert sent["messages"][3] == {"role": "tool", "tool_call_id": "toolu_1", "content": "sun"}
+    assert sent["tools"][0]["function"]["name"] == "get_weather"
+
+
+def test_model_flag_overrides_the_forwarded_model(start_gateway: Any, engine: FakeEngine) -> None:
+    gateway = Gateway(start_gateway(upstream_api="chat", model="hosted-model"), engine)
+    engine.push(Reply(content="ok"))
+    answer = ask(gateway, "openai", False, thinking=False)
+    assert answer.content == "ok"
+    assert engine.requests[-1]["model"] == "hosted-model"
+
+
+def test_client_key_is_forwarded_only_when_the_server_has_no_key_of_its_own(
+    start_gateway: Any, engine: FakeEngine
+) -> None:
+    open_gateway = Gateway(start_gateway(upstream_api="chat"), engine)
+    with open_gateway.http() as http:
+        body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+        http.post("/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-1"})
+        http.post("/v1/messages", json={**body, "max_tokens": 5}, headers={"x-api-key": "sk-2"})
+    keyed = Gateway(
+        start_gateway(upstream_api="chat", api_key="gw-key", upstream_api_key="up-key"), engine
+    )
+    with keyed.http() as http:
+        http.post("/v1/chat/completions", json=body, headers={"authorization": "Bearer gw-key"})
+    assert engine.authorizations == ["Bearer sk-1", "Bearer sk-2", "Bearer up-key"]

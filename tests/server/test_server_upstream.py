@@ -1,0 +1,94 @@
+"""Upstream answers the fake engine does not produce, through a mock transport in-process."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from dsmlkit.server import ServerConfig, create_app
+from dsmlkit.server.upstream import error_message
+
+CHAT = {
+    "model": "m",
+    "messages": [{"role": "user", "content": "hi"}],
+    "chat_template_kwargs": {"thinking": False},
+}
+
+
+def _chunk(text: str, finish: str | None = None) -> str:
+    choice = {"index": 0, "text": text, "finish_reason": finish}
+    return "data: " + json.dumps({"choices": [choice]}) + "\n\n"
+
+
+def _client(body: bytes, content_type: str = "text/event-stream") -> TestClient:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": content_type}, content=body)
+
+    config = ServerConfig(upstream="http://engine.test", tokenizer="none")
+    return TestClient(create_app(config, upstream_transport=httpx.MockTransport(answer)))
+
+
+def _ask(client: TestClient, **extra: Any) -> Any:
+    return client.post("/v1/chat/completions", json={**CHAT, **extra})
+
+
+def test_sse_comments_multiline_data_and_no_final_blank_line() -> None:
+    stream = (
+        ": keep-alive comment\n\n"
+        'data: {"choices": [{"index": 0,\ndata:  "text": "Hel", "finish_reason": null}]}\n\n'
+        "event: ignored\n"
+        + _chunk("lo")
+        + "data:"
+        + json.dumps({"choices": [{"index": 0, "text": "!", "finish_reason": "stop"}]})
+    )
+    with _client(stream.encode()) as client:
+        response = _ask(client)
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == "Hello!"
+
+
+@pytest.mark.parametrize(
+    ("stream", "words"),
+    [
+        (_chunk("Hel"), "ended before the output did"),
+        (_chunk("Hel") + _chunk("", "abort"), "finish_reason 'abort'"),
+        (
+            _chunk("Hel") + 'data: {"error": {"message": "engine died", "code": 500}}\n\n',
+            "engine died",
+        ),
+        (_chunk("Hel") + "data: [1, 2]\n\n", "non-object chunk"),
+    ],
+)
+def test_streams_that_do_not_finish_properly(stream: str, words: str) -> None:
+    with _client(stream.encode()) as client:
+        plain = _ask(client)
+        streamed = _ask(client, stream=True)
+    assert plain.status_code == 502
+    assert words in plain.json()["error"]["message"]
+    last = [line for line in streamed.text.splitlines() if line.startswith("data: ")][-1]
+    assert words in json.loads(last[6:])["error"]["message"]
+
+
+def test_a_json_answer_to_a_stream_request_is_refused() -> None:
+    with _client(b'{"choices": []}', content_type="application/json") as client:
+        response = client.post("/v1/messages", json={**CHAT, "max_tokens": 5})
+    assert response.status_code == 502
+    assert "not an event stream" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b'{"error": {"message": "context too long"}}', "context too long"),
+        (b'{"detail": "Not Found"}', "Not Found"),
+        (b'{"error": "plain words"}', "plain words"),
+        (b"<html>bad gateway</html>", "<html>bad gateway</html>"),
+        (b"", "(empty body)"),
+    ],
+)
+def test_error_message_of_upstream_bodies(body: bytes, message: str) -> None:
+    assert error_message(body) == message
