@@ -28,11 +28,13 @@ Send = Callable[[Message], Awaitable[None]]
 
 @dataclass(frozen=True)
 class Reply:
-    """One scripted answer. ``text`` is for /v1/completions; ``content``, ``reasoning`` and
-    ``tool_calls`` (``{"id", "name", "arguments"}`` with arguments as a JSON string) are
-    for /v1/chat/completions."""
+    """One scripted answer. ``text`` is for /v1/completions (cut into ``chunk_size`` pieces,
+    or replayed as the given ``pieces``); ``content``, ``reasoning`` and ``tool_calls``
+    (``{"id", "name", "arguments"}`` with arguments as a JSON string) are for
+    /v1/chat/completions."""
 
     text: str = ""
+    pieces: tuple[str, ...] = ()
     content: str = ""
     reasoning: str = ""
     tool_calls: tuple[dict[str, str], ...] = ()
@@ -139,7 +141,7 @@ def _completion_chunks(
     reply: Reply, request: dict[str, Any], usage_wanted: bool
 ) -> Iterator[dict[str, Any]]:
     count = 0
-    for piece in _pieces(reply.text, reply.chunk_size):
+    for piece in reply.pieces or _pieces(reply.text, reply.chunk_size):
         count += 1
         choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": None}
         yield _envelope("text_completion", request, [choice])

@@ -248,14 +248,13 @@ async def _stream_body(
 ) -> AsyncIterator[str]:
     """The SSE body: frames as events arrive; an error event if the upstream fails."""
     try:
-        for frame in frames.start():
-            yield frame
+        yield "".join(frames.start())
         async with aclosing(events) as batches:
             async for batch in batches:
-                for frame in frames.feed(batch):
-                    yield frame
-        for frame in frames.finish(outcome.usage, outcome.stop_sequence):
-            yield frame
+                written = "".join(frames.feed(batch))  # one write per upstream chunk
+                if written:
+                    yield written
+        yield "".join(frames.finish(outcome.usage, outcome.stop_sequence))
         record.diagnostics = _kinds(frames.diagnostics)
     except UpstreamError as exc:
         err = upstream_api_error(exc)
