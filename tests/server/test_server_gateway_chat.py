@@ -79,6 +79,7 @@ def test_cut_off_leak_is_not_a_call(chat_gateway: Gateway) -> None:
 
 
 def test_openai_request_is_forwarded_as_sent(chat_gateway: Gateway) -> None:
+    """…to the configured upstream only, whatever the request says."""
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
     body = {
         "model": "deepseek-chat",
@@ -86,9 +87,11 @@ def test_openai_request_is_forwarded_as_sent(chat_gateway: Gateway) -> None:
         "tools": tools,
         "temperature": 0.2,
         "user": "someone",
+        "base_url": "http://127.0.0.1:9/v1",
     }
+    steering = {"x-forwarded-host": "127.0.0.1:9", "host": "127.0.0.1:9"}
     with chat_gateway.http() as http:
-        assert http.post("/v1/chat/completions", json=body).status_code == 200
+        assert http.post("/v1/chat/completions", json=body, headers=steering).status_code == 200
     sent = chat_gateway.engine.requests[-1]
     assert sent == {**body, "stream": True, "stream_options": {"include_usage": True}}
 
