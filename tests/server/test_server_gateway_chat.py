@@ -99,7 +99,7 @@ def test_openai_request_is_forwarded_as_sent(chat_gateway: Gateway) -> None:
 def test_anthropic_request_is_converted_to_chat(chat_gateway: Gateway) -> None:
     chat_gateway.engine.push(Reply(content="Sunny."))
     message = chat_gateway.anthropic().messages.create(
-        model="claude-sonnet-4-5",
+        model="claude-via-gateway",
         max_tokens=300,
         system="Be brief.",
         tools=[{"name": "get_weather", "input_schema": {"type": "object"}}],
@@ -119,7 +119,7 @@ def test_anthropic_request_is_converted_to_chat(chat_gateway: Gateway) -> None:
     )
     assert message.content[0].type == "text" and message.content[0].text == "Sunny."
     sent = chat_gateway.engine.requests[-1]
-    assert sent["model"] == "claude-sonnet-4-5"
+    assert sent["model"] == "claude-via-gateway"
     assert sent["max_tokens"] == 300
     assert sent["stream"] is True
     assert [m["role"] for m in sent["messages"]] == ["system", "user", "assistant", "tool"]

@@ -219,6 +219,7 @@ def test_caller_mistakes_come_back_in_each_apis_envelope(local_client: TestClien
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
     assert body["error"]["message"].startswith("messages[0].content[0]")
     assert body["request_id"] == anthropic_error.headers["x-request-id"]
+    assert body["request_id"] == anthropic_error.headers["request-id"]
 
 
 def test_gateway_routes_without_upstream_say_how_to_enable_them(local_client: TestClient) -> None:

@@ -126,7 +126,12 @@ class RequestMiddleware:
             if message["type"] == "http.response.start":
                 started = True
                 record.status = message["status"]
-                headers = [*message.get("headers", []), (b"x-request-id", record.id.encode())]
+                request_id = record.id.encode()  # under both names the SDKs read
+                headers = [
+                    *message.get("headers", []),
+                    (b"x-request-id", request_id),
+                    (b"request-id", request_id),
+                ]
                 message = {**message, "headers": headers}
             await send(message)
 

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from dsmlkit.api import (
     ApiError,
@@ -124,11 +125,12 @@ async def _gateway(request: Request, api: Api) -> Response:
         frames = stream_frames(
             req, response_id=response_id, created=created, prompt_usage=prompt_usage
         )
-        body_frames = _stream_body(frames, events, stream, outcome, record, api)
         return StreamingResponse(
-            body_frames,
+            _stream_body(frames, events, outcome, record, api),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+            # runs after the last byte, after a disconnect, even if the body never started
+            background=BackgroundTask(_finish_upstream, stream, record),
         )
 
     async def collect() -> dict[str, Any]:
@@ -241,7 +243,6 @@ async def _events(
 async def _stream_body(
     frames: StreamFrames,
     events: AsyncGenerator[list[Event], None],
-    stream: UpstreamStream,
     outcome: _Outcome,
     record: RequestRecord,
     api: Api,
@@ -268,8 +269,6 @@ async def _stream_body(
         err = ApiError.for_status(500, f"internal error: {type(exc).__name__}")
         record.fail(err.type, str(exc))
         yield error_frame(api, err, record.id)
-    finally:
-        await _finish_upstream(stream, record)
 
 
 async def _finish_upstream(stream: UpstreamStream, record: RequestRecord) -> None:
