@@ -106,6 +106,14 @@ def test_missing_server_extra_says_what_to_install(
     assert "pip install 'dsmlkit[server]'" in capsys.readouterr().err
 
 
+def test_help_works_without_the_server_extra() -> None:
+    blocked = "; ".join(f"sys.modules[{name!r}] = None" for name in ("fastapi", "uvicorn", "httpx"))
+    code = f"import sys; {blocked}; from dsmlkit.cli import main; main(['serve', '--help'])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "--upstream-api {completions,chat}" in done.stdout
+
+
 def test_port_in_use_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
