@@ -23,7 +23,7 @@ from dsmlkit.server import gateway, local_routes
 from dsmlkit.server.apis import api_for_path, error_response
 from dsmlkit.server.config import ServerConfig
 from dsmlkit.server.reqlog import RequestRecord, new_request_id
-from dsmlkit.server.state import ServerState, load_prompt_tokenizer, record_of
+from dsmlkit.server.state import ServerState, client_keys, load_prompt_tokenizer, record_of
 from dsmlkit.server.upstream import UpstreamError
 
 LOGGER = logging.getLogger("dsmlkit.server")
@@ -159,12 +159,8 @@ class RequestMiddleware:
         expected = self.state.config.api_key
         if expected is None or scope["path"] in OPEN_PATHS:
             return None
-        headers = Headers(scope=scope)
-        authorization = headers.get("authorization", "")
-        offered = [headers.get("x-api-key", "")]
-        if authorization[:7].lower() == "bearer ":
-            offered.append(authorization[7:].strip())
-        if any(key and secrets.compare_digest(key.encode(), expected.encode()) for key in offered):
+        offered = client_keys(Headers(scope=scope))
+        if any(secrets.compare_digest(key.encode(), expected.encode()) for key in offered):
             return None
         return ApiError.for_status(
             401,

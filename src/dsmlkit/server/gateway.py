@@ -48,7 +48,7 @@ from dsmlkit.server.chat_repair import ChatRepair
 from dsmlkit.server.local_routes import read_json
 from dsmlkit.server.prepare import prepare
 from dsmlkit.server.reqlog import RequestRecord
-from dsmlkit.server.state import ServerState, record_of, state_of
+from dsmlkit.server.state import ServerState, client_keys, record_of, state_of
 from dsmlkit.server.upstream import UpstreamError, UpstreamStream
 
 LOGGER = logging.getLogger("dsmlkit.server")
@@ -202,10 +202,8 @@ def _upstream_key(state: ServerState, request: Request) -> str | None:
     """The upstream's own key if configured; else, on an open server, the client's key."""
     if state.config.upstream_api_key is not None or state.config.api_key is not None:
         return state.config.upstream_api_key
-    bearer = request.headers.get("authorization", "")
-    if bearer.lower().startswith("bearer "):
-        return bearer[7:].strip() or None
-    return request.headers.get("x-api-key")
+    offered = client_keys(request.headers)
+    return offered[0] if offered else None
 
 
 async def _events(

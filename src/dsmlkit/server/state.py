@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import httpx
@@ -77,6 +78,16 @@ class ServerState:
         if self._upstream is not None:
             await self._upstream.aclose()
             self._upstream = None
+
+
+def client_keys(headers: Mapping[str, str]) -> list[str]:
+    """The API keys a client offers: ``Authorization: Bearer KEY``, then ``x-api-key``."""
+    keys = []
+    authorization = headers.get("authorization", "")
+    if authorization[:7].lower() == "bearer ":
+        keys.append(authorization[7:].strip())
+    keys.append(headers.get("x-api-key", "").strip())
+    return [key for key in keys if key]
 
 
 def state_of(request: Request) -> ServerState:
