@@ -7,13 +7,12 @@ import time
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from dsmlkit.api import ApiError, ChatRequest, parse_request
 from dsmlkit.api.common import Api
 from dsmlkit.dialects import BOS, get_dialect
 from dsmlkit.parse import MessageCollector
-from dsmlkit.render import render
 from dsmlkit.server.apis import build_response, new_response_id
 from dsmlkit.server.prepare import prepare
 from dsmlkit.server.state import record_of, state_of
@@ -64,13 +63,13 @@ async def metrics(request: Request) -> PlainTextResponse:
 
 
 @router.post("/v1/chat/completions/render")
-async def render_openai(request: Request) -> dict[str, Any]:
-    return await _render(request, "openai")
+async def render_openai(request: Request) -> JSONResponse:
+    return JSONResponse(await _render(request, "openai"))
 
 
 @router.post("/v1/messages/render")
-async def render_anthropic(request: Request) -> dict[str, Any]:
-    return await _render(request, "anthropic")
+async def render_anthropic(request: Request) -> JSONResponse:
+    return JSONResponse(await _render(request, "anthropic"))
 
 
 async def _render(request: Request, api: Api) -> dict[str, Any]:
@@ -101,17 +100,15 @@ async def _render(request: Request, api: Api) -> dict[str, Any]:
 
 
 @router.post("/tokenize")
-async def tokenize(request: Request) -> dict[str, Any]:
+async def tokenize(request: Request) -> JSONResponse:
     """vLLM's tokenize: ``{"prompt"}`` (added tokens matched, BOS first unless
     ``add_special_tokens`` is false) or a chat body (``{"messages", …}``, rendered)."""
     state = state_of(request)
     tokenizer = state.require_tokenizer()
     body = _object(await read_json(request))
     if "messages" in body:
-        chat = parse_request(
-            "openai", {"model": state.config.served_model, **body}, dialect=state.config.dialect
-        )
-        ids = tokenizer.encode_prompt(render(chat.messages, chat.tools, **chat.render_kwargs))
+        chat_body = {"model": state.config.served_model, **body}
+        ids = prepare(state, "openai", chat_body).token_ids or []
     elif isinstance(body.get("prompt"), str):
         ids = tokenizer.encode_text(body["prompt"], special=True)
         bos = tokenizer.token_id(BOS)
@@ -122,7 +119,7 @@ async def tokenize(request: Request) -> dict[str, Any]:
     response: dict[str, Any] = {"count": len(ids), "max_model_len": None, "tokens": ids}
     if body.get("return_token_strs"):
         response["token_strs"] = [tokenizer.decode([token]) for token in ids]
-    return response
+    return JSONResponse(response)
 
 
 @router.post("/detokenize")
@@ -140,7 +137,7 @@ async def detokenize(request: Request) -> dict[str, str]:
 
 
 @router.post("/v1/messages/count_tokens")
-async def count_tokens(request: Request) -> dict[str, Any]:
+async def count_tokens(request: Request) -> JSONResponse:
     state = state_of(request)
     state.require_tokenizer()
     body = _object(await read_json(request))
@@ -148,11 +145,12 @@ async def count_tokens(request: Request) -> dict[str, Any]:
     assert prepared.token_ids is not None  # a tokenizer is loaded
     count = len(prepared.token_ids)
     record_of(request).prompt_tokens = count
-    return {"input_tokens": count, "context_management": {"original_input_tokens": count}}
+    usage = {"input_tokens": count, "context_management": {"original_input_tokens": count}}
+    return JSONResponse(usage)
 
 
 @router.post("/v1/parse")
-async def parse_output(request: Request) -> dict[str, Any]:
+async def parse_output(request: Request) -> JSONResponse:
     """Raw model text → an OpenAI ``chat.completion`` (``"api": "openai"``, default) or an
     Anthropic ``message`` (``"api": "anthropic"``); the parser's findings are added as
     ``parse_diagnostics``.
@@ -198,7 +196,7 @@ async def parse_output(request: Request) -> dict[str, Any]:
     response["parse_diagnostics"] = [
         {"kind": d.kind, "message": d.message, "text": d.text} for d in diagnostics
     ]
-    return response
+    return JSONResponse(response)
 
 
 def _choice(body: dict[str, Any], name: str, allowed: tuple[str, ...], default: str) -> Any:
