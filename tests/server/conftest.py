@@ -26,7 +26,7 @@ from tests.server.loopback import serve_in_thread
 #: that a hanging engine fails a test quickly.
 TEST_UPSTREAM_TIMEOUT = 1.5
 #: Client-side timeout: a gateway that hangs fails the test instead of blocking it.
-CLIENT_TIMEOUT = 8.0
+CLIENT_TIMEOUT = 5.0
 
 
 @dataclass

@@ -14,6 +14,8 @@ from tests.helpers import write_block
 from tests.server.conftest import Gateway
 from tests.server.fake_engine import Reply
 from tests.server.sdk import ask
+from tests.test_api_tool_search import TOOLS as TOOL_SEARCH_TOOLS
+from tests.test_api_tool_search import tool_use
 
 DATA = Path(__file__).parent.parent / "data"
 VECTORS = [
@@ -167,45 +169,9 @@ def test_usage_comes_from_the_engine(completions_gateway: Gateway) -> None:
     assert (usage.prompt_tokens, usage.completion_tokens) == (len(prompt), 5)
 
 
-TOOL_SEARCH_TOOLS = [
-    {
-        "name": "ToolSearch",
-        "description": "Find deferred tools.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"query": {"type": "string"}, "max_results": {"type": "number"}},
-            "required": ["query"],
-        },
-    },
-    {
-        "name": "Read",
-        "description": "Read a file.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"file_path": {"type": "string"}},
-            "required": ["file_path"],
-        },
-    },
-    {
-        "name": "get_weather",
-        "description": "Weather for a city.",
-        "input_schema": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-            "required": ["city"],
-        },
-        "defer_loading": True,
-    },
-]
-
-
-def _tool_use(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
-
-
 TOOL_SEARCH_TURNS = {
     "reference-only": (
-        [_tool_use("toolu_a", "ToolSearch", {"query": "select:get_weather"})],
+        [tool_use("toolu_a", "ToolSearch", query="select:get_weather")],
         [
             {
                 "type": "tool_result",
@@ -217,8 +183,8 @@ TOOL_SEARCH_TURNS = {
     ),
     "parallel-search-and-read": (
         [
-            _tool_use("toolu_a", "ToolSearch", {"query": "select:get_weather"}),
-            _tool_use("toolu_b", "Read", {"file_path": "notes.txt"}),
+            tool_use("toolu_a", "ToolSearch", query="select:get_weather"),
+            tool_use("toolu_b", "Read", file_path="notes.txt"),
         ],
         [
             {
