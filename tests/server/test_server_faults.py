@@ -164,3 +164,10 @@ def test_client_disconnect_closes_the_upstream_request(
     with httpx.Client(base_url=gateway.url, timeout=0.5) as http, pytest.raises(httpx.ReadTimeout):
         http.post(path, json=body)
     assert _wait_for(lambda: engine.disconnects == 2)
+    sample = f'dsmlkit_request_errors_total{{route="{path}",type="client_disconnected"}} 2'
+
+    def recorded() -> bool:
+        with gateway.http() as http:
+            return sample in http.get("/metrics").text.splitlines()
+
+    assert _wait_for(recorded)

@@ -58,6 +58,8 @@ router = APIRouter()
 
 #: Engine finish reasons that mean the output did not end normally.
 _ABORTED = ("abort", "error")
+#: How a request that lost its client is recorded (error type, message).
+_DISCONNECTED = ("client_disconnected", "the client went away; the upstream request was closed")
 
 
 def upstream_api_error(exc: UpstreamError) -> ApiError:
@@ -260,7 +262,7 @@ async def _stream_body(
         record.fail(err.type, err.message)
         yield error_frame(api, err, record.id)
     except anyio.get_cancelled_exc_class():
-        record.fail("client_disconnected", "the client went away; the upstream request was closed")
+        record.fail(*_DISCONNECTED)
         raise
     except Exception as exc:  # a bug must still end the stream with an error event
         LOGGER.exception("request %s: streaming failed", record.id)
@@ -285,9 +287,7 @@ async def _cancel_on_disconnect(
         async def watch() -> None:
             while (await request.receive())["type"] != "http.disconnect":
                 pass
-            record.fail(
-                "client_disconnected", "the client went away; the upstream request was closed"
-            )
+            record.fail(*_DISCONNECTED)
             group.cancel_scope.cancel()
 
         group.start_soon(watch)
