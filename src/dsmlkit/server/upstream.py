@@ -40,15 +40,21 @@ def error_message(body: bytes) -> str:
         data = json.loads(text)
     except ValueError:
         return text[:500] or "(empty body)"
-    if isinstance(data, dict):
-        error = data.get("error", data)
-        if isinstance(error, dict):
-            for key in ("message", "detail"):
-                if isinstance(error.get(key), str):
-                    return str(error[key])
-        if isinstance(error, str):
-            return error
-    return text[:500]
+    return _message_in(data) or text[:500]
+
+
+def _message_in(data: Any) -> str | None:
+    """``error.message`` / ``error.detail`` / ``error`` (a string) / ``message`` / ``detail``."""
+    if not isinstance(data, dict):
+        return None
+    error = data.get("error", data)
+    if isinstance(error, str):
+        return error
+    if isinstance(error, dict):
+        for key in ("message", "detail"):
+            if isinstance(error.get(key), str):
+                return str(error[key])
+    return None
 
 
 class UpstreamStream:
@@ -111,7 +117,7 @@ def _decode_chunk(payload: str) -> dict[str, Any]:
         raise UpstreamError(
             "status",
             "the upstream reported an error mid-stream: "
-            + error_message(json.dumps(chunk).encode()),
+            + (_message_in(chunk) or json.dumps(chunk)[:500]),
             status=_status_of(chunk["error"]),
         )
     return chunk
