@@ -439,6 +439,7 @@ def test_openai_options_and_sampling() -> None:
     assert chat["tool_choice"] == "required"
     assert chat["parallel_tool_calls"] is False
     assert chat["chat_template_kwargs"] == {"thinking": True}
+    assert "thinking" not in chat
     assert chat["stream_options"] == {"include_usage": True}
 
 

@@ -33,10 +33,15 @@ def convert_output(req: ChatRequest) -> dict[str, Any]:
 
 
 def to_openai_chat_body(req: ChatRequest) -> dict[str, Any]:
-    """An OpenAI chat body for a hosted chat upstream (thinking also as chat_template_kwargs)."""
+    """An OpenAI chat body for a hosted chat upstream.
+
+    Thinking travels as ``chat_template_kwargs.thinking`` (what vLLM and SGLang read), not as
+    a top-level field, which OpenAI-compatible endpoints reject or read as an object.
+    """
     body: dict[str, Any] = {"model": req.model, "messages": req.messages}
     if req.tools:
         body["tools"] = req.tools
     body.update(req.options())
+    del body["thinking"]
     body["chat_template_kwargs"] = {"thinking": req.thinking}
     return body

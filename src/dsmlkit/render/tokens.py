@@ -153,7 +153,7 @@ class PromptTokenizer:
                 f"tokenizer {self.name} ({self.source}) has no token {missing}, which the "
                 "template uses; it is encoded as plain text, so these ids are not what "
                 "the model was trained on. Load the model's own tokenizer.json "
-                "(dsmlkit render --tokenizer PATH).",
+                "(--tokenizer PATH on dsmlkit render or dsmlkit serve).",
                 MissingTokenWarning,
                 stacklevel=3,
             )
