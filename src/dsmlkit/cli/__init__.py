@@ -14,6 +14,14 @@ from collections.abc import Sequence
 SUBCOMMANDS = ("parse", "render", "convert", "serve")
 
 
+def read_input(path: str | None) -> bytes:
+    """The bytes of FILE, or of stdin when it is omitted or ``-`` (raises ``OSError``)."""
+    if path is None or path == "-":
+        return sys.stdin.buffer.read()
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The argument parser; with ``only``, just that subcommand's module is imported."""
     parser = argparse.ArgumentParser(

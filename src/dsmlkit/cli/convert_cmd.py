@@ -21,6 +21,7 @@ from dsmlkit.api import (
     openai_error_body,
     parse_request,
 )
+from dsmlkit.cli import read_input
 from dsmlkit.dialects import DEFAULT_DIALECT, DIALECTS
 
 ERROR_BODIES = {"openai": openai_error_body, "anthropic": anthropic_error_body}
@@ -43,7 +44,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        raw = _read(args.file)
+        raw = read_input(args.file)
     except OSError as exc:
         print(f"dsmlkit convert: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
         return 2
@@ -55,13 +56,6 @@ def run(args: argparse.Namespace) -> int:
         return 1
     _print_json(output)
     return 0
-
-
-def _read(path: str | None) -> bytes:
-    if path is None or path == "-":
-        return sys.stdin.buffer.read()
-    with open(path, "rb") as handle:
-        return handle.read()
 
 
 def _decode(raw: bytes) -> Any:

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
+from dsmlkit.cli import read_input
 from dsmlkit.dialects import DIALECTS
 from dsmlkit.parse import MessageCollector, Parser, event_to_json
 
@@ -99,20 +100,13 @@ def _load_tools(path: str) -> Any:
     return data.get("tools") if isinstance(data, dict) else data
 
 
-def _read_input(path: str | None) -> str:
-    if path is None:
-        return sys.stdin.buffer.read().decode("utf-8")
-    with open(path, encoding="utf-8", newline="") as handle:
-        return handle.read()
-
-
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     if args.jsonl:
         return _run_jsonl(out)
     try:
         tools = _load_tools(args.tools) if args.tools else None
-        text = _read_input(args.file)
+        text = read_input(args.file).decode("utf-8")
     except (OSError, ValueError) as exc:
         print(f"dsmlkit parse: {exc}", file=sys.stderr)
         return 1

@@ -26,6 +26,7 @@ import warnings
 from typing import Any
 
 from dsmlkit.api import request_to_render_input
+from dsmlkit.cli import read_input
 from dsmlkit.dialects import DIALECTS
 from dsmlkit.errors import DsmlkitError, InvalidRequest
 from dsmlkit.render import RenderResult, render
@@ -91,7 +92,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.tokenizer and not args.tokens:
             raise UsageError("--tokenizer needs --tokens")
-        raw = _read_input(args.file)
+        try:
+            raw = read_input(args.file)
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.file}: {exc.strerror}") from exc
         messages, tools, options = _conversation(args, raw)
         result = render(messages, tools, **options)
         output = _token_json(result, args.tokenizer) if args.tokens else result.prompt
@@ -104,16 +108,6 @@ def run(args: argparse.Namespace) -> int:
     sys.stdout.buffer.write(output.encode("utf-8"))
     sys.stdout.buffer.flush()
     return 0
-
-
-def _read_input(path: str | None) -> bytes:
-    if path is None or path == "-":
-        return sys.stdin.buffer.read()
-    try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
 
 
 def _conversation(args: argparse.Namespace, raw: bytes) -> tuple[Any, Any, dict[str, Any]]:
