@@ -96,6 +96,7 @@ class _CutOff:
 CUT_OFF: Final = _CutOff()
 _BRACE: Final = "{"
 _Follower = Tag | Pending | _EndOfOutput | _CutOff | str | None
+_Verdict = Tag | Pending | _EndOfOutput | None
 
 
 _new_object = object.__new__
@@ -282,56 +283,34 @@ class Parser:
         while newlines < 2 and end - newlines > pos and buf[end - newlines - 1] == "\n":
             newlines += 1
         if lt < 0:
-            if self._final:
-                newlines = 0
-            if end - newlines > pos:
-                self._emit_text(buf[pos : end - newlines])
-            self._pos = end - newlines
+            self._text_until(end if self._final else end - newlines)
             return self._final
-        gap_start = lt - newlines
+        gap_start = lt - newlines  # the newlines belong to an opener, if one follows
         tag = self._scan(buf, lt)
         if tag is CUT_OFF:
-            if gap_start > pos:
-                self._emit_text(buf[pos:gap_start])
+            self._text_until(gap_start)
             self._diagnose(
                 "truncated_markup", "the output was cut off inside a tag", buf[gap_start:]
             )
             self._pos = len(buf)
             return False
-        if tag is PENDING:
-            if gap_start > pos:
-                self._emit_text(buf[pos:gap_start])
-            self._pos = gap_start
-            return False
         if tag is None:
-            self._emit_text(buf[pos : lt + 1])
-            self._pos = lt + 1
+            self._text_until(lt + 1)
             return True
+        if tag is PENDING:
+            self._text_until(gap_start)
+            return False
         assert isinstance(tag, Tag)
         kind = tag.kind
         if kind is TagKind.BLOCK_OPEN or kind is TagKind.INVOKE_OPEN:
-            wanted = (
-                (TagKind.INVOKE_OPEN, TagKind.BLOCK_CLOSE)
-                if kind is TagKind.BLOCK_OPEN
-                else (TagKind.PARAM_OPEN, TagKind.INVOKE_CLOSE)
-            )
-            follower = self._follower(buf, tag.end)
-            if follower is PENDING:
-                if gap_start > pos:
-                    self._emit_text(buf[pos:gap_start])
-                self._pos = gap_start
+            confirmed = self._opener_confirmed(tag)
+            if confirmed is PENDING:
+                self._text_until(gap_start)
                 return False
-            if not (
-                (isinstance(follower, Tag) and follower.kind in wanted)
-                or (kind is TagKind.BLOCK_OPEN and follower is _EOO)
-                or (follower is _EOO and self._engine_finish == "length")
-                or (kind is TagKind.INVOKE_OPEN and follower == _BRACE)
-            ):
-                self._emit_text(buf[pos : lt + 1])
-                self._pos = lt + 1
+            if not confirmed:
+                self._text_until(lt + 1)
                 return True
-            if gap_start > pos:
-                self._emit_text(buf[pos:gap_start])
+            self._text_until(gap_start)
             self._end_reasoning()
             self._note_typo(tag)
             self._fresh = False
@@ -344,8 +323,7 @@ class Parser:
             self._pos = tag.end
             return True
         # Every other tag keeps the newlines before it as text.
-        if lt > pos:
-            self._emit_text(buf[pos:lt])
+        self._text_until(lt)
         self._pos = tag.end
         if kind is TagKind.THINK_CLOSE:
             if self._reasoning:
@@ -367,6 +345,23 @@ class Parser:
             )
         self._fresh = False
         return True
+
+    def _opener_confirmed(self, tag: Tag) -> bool | Pending:
+        """Is a block or direct-invoke opener markup? (Decided by what follows it.)"""
+        follower = self._follower(self._buf, tag.end)
+        if follower is PENDING:
+            return PENDING
+        if tag.kind is TagKind.BLOCK_OPEN:
+            wanted = (TagKind.INVOKE_OPEN, TagKind.BLOCK_CLOSE)
+            ends_output = follower is _EOO
+        else:
+            wanted = (TagKind.PARAM_OPEN, TagKind.INVOKE_CLOSE)
+            ends_output = follower is _EOO and self._engine_finish == "length"
+        return (
+            (isinstance(follower, Tag) and follower.kind in wanted)
+            or ends_output
+            or (tag.kind is TagKind.INVOKE_OPEN and follower == _BRACE)
+        )
 
     def _block(self) -> bool:
         return self._between_tags(in_invoke=False)
@@ -470,27 +465,26 @@ class Parser:
                 self._pos = len(buf)
                 return False
             tag = self._scan(buf, lt)
-            if tag is PENDING:
-                self._value_text(call, buf[start:lt])
-                self._pos = lt
-                return False
-            if not isinstance(tag, Tag):
+            verdict: _Verdict = None
+            if isinstance(tag, Tag):
+                if tag.kind is TagKind.PARAM_CLOSE:
+                    verdict = self._judge_param_close(tag)
+                elif tag.kind is TagKind.EOS or (
+                    tag.kind is TagKind.PARAM_OPEN
+                    and self._closes_by_declared_opener(call, tag.name)
+                ):
+                    verdict = tag
+            elif tag is PENDING:
+                verdict = PENDING
+            if verdict is None:  # value text
                 search = lt + 1
                 continue
-            kind = tag.kind
-            if kind is TagKind.PARAM_CLOSE:
-                decided = self._param_close(call, buf, start, tag)
-                if decided is None:
-                    search = lt + 1
-                    continue
-                return decided
-            if kind is TagKind.EOS:
-                self._value_text(call, buf[start:lt])
-                self._pos = tag.end
-                self._state = _DONE
-                return True
-            if kind is TagKind.PARAM_OPEN and self._closes_by_declared_opener(call, tag.name):
-                self._value_text(call, buf[start:lt])
+            self._value_text(call, buf[start:lt])
+            if verdict is PENDING:  # hold the rest until more text decides it
+                self._pos = lt
+                return False
+            assert isinstance(tag, Tag)
+            if tag.kind is TagKind.PARAM_OPEN:
                 self._diagnose(
                     "missing_parameter_close",
                     f"parameter {call.param_name!r} was not closed before declared "
@@ -501,58 +495,64 @@ class Parser:
                 self._open_param(call, tag.name, tag.is_string)
                 start = search = self._pos = tag.end
                 continue
-            search = lt + 1
+            if tag.kind is TagKind.EOS:
+                self._pos = tag.end
+                self._state = _DONE
+                return True
+            self._apply_param_close(call, tag, verdict)
+            return True
 
-    def _param_close(self, call: _Call, buf: str, start: int, tag: Tag) -> bool | None:
-        """Decide a parameter closer at ``tag``: True/False to return, None if it is text."""
-        lt = tag.start
+    def _judge_param_close(self, tag: Tag) -> _Verdict:
+        """Does the parameter closer ``tag`` end the value? (parsing.md §2)
+
+        None: it is value text. PENDING: the followers have not arrived. Otherwise the tag
+        that decided it: a parameter or invoke opener (the parameter ends), an invoke closer
+        (the invoke ends too), a block closer (a tentative end of block) or ``_EOO``.
+        """
+        buf = self._buf
         follower = self._follower(buf, tag.end)
         if follower is PENDING:
-            self._value_text(call, buf[start:lt])
-            self._pos = lt
-            return False
-        closes_invoke = False
-        tentative_end = -1
-        if isinstance(follower, Tag):
-            kind = follower.kind
-            if kind is TagKind.INVOKE_CLOSE:
-                if self._in_block:
-                    after = self._follower(buf, follower.end)
-                    if after is PENDING:
-                        self._value_text(call, buf[start:lt])
-                        self._pos = lt
-                        return False
-                    if isinstance(after, Tag) and after.kind is TagKind.BLOCK_CLOSE:
-                        tentative_end = after.end
-                    elif not (
-                        self._finished_here(after)
-                        or (isinstance(after, Tag) and after.kind is TagKind.INVOKE_OPEN)
-                    ):
-                        return None
-                closes_invoke = True
-            elif kind is TagKind.BLOCK_CLOSE and self._in_block:
-                tentative_end = follower.end
-            elif kind not in (TagKind.PARAM_OPEN, TagKind.INVOKE_OPEN):
-                return None
-        elif not self._finished_here(follower):
+            return PENDING
+        if self._finished_here(follower):
+            return _EOO
+        if not isinstance(follower, Tag):
             return None
-        self._value_text(call, buf[start:lt])
+        kind = follower.kind
+        if kind in (TagKind.PARAM_OPEN, TagKind.INVOKE_OPEN):
+            return follower
+        if kind is TagKind.BLOCK_CLOSE:
+            return follower if self._in_block else None
+        if kind is not TagKind.INVOKE_CLOSE:
+            return None
+        if not self._in_block:
+            return follower  # a direct invoke's closer needs no follower
+        after = self._follower(buf, follower.end)
+        if after is PENDING:
+            return PENDING
+        if isinstance(after, Tag) and after.kind is TagKind.BLOCK_CLOSE:
+            return after
+        if self._finished_here(after) or (
+            isinstance(after, Tag) and after.kind is TagKind.INVOKE_OPEN
+        ):
+            return follower
+        return None
+
+    def _apply_param_close(self, call: _Call, tag: Tag, decider: _Verdict) -> None:
+        """The parameter closer ``tag`` ends the value; ``decider`` says how far it reaches."""
         self._note_typo(tag)
-        if tentative_end >= 0:
-            self._tentative = (buf[lt:tentative_end], tag.end - lt)
-            self._pos = tentative_end
+        if isinstance(decider, Tag) and decider.kind is TagKind.BLOCK_CLOSE:
+            self._tentative = (self._buf[tag.start : decider.end], tag.end - tag.start)
+            self._pos = decider.end
             self._state = _AFTER_BLOCK
-            return True
+            return
         self._close_param(call)
         self._pos = tag.end
         self._state = _INVOKE
-        if closes_invoke:
-            assert isinstance(follower, Tag)
-            self._note_typo(follower)
+        if isinstance(decider, Tag) and decider.kind is TagKind.INVOKE_CLOSE:
+            self._note_typo(decider)
             self._end_call(call)
-            self._pos = follower.end
+            self._pos = decider.end
             self._state = _BLOCK if self._in_block else _DIRECT_DONE
-        return True
 
     def _json_body(self) -> bool:
         """A JSON-object invoke body; closers inside JSON strings are data."""
@@ -837,6 +837,12 @@ class Parser:
         self._out.append(OutputEnd(reason))
 
     # ------------------------------------------------------------------ helpers
+
+    def _text_until(self, end: int) -> None:
+        """Emit the text from the current position up to ``end`` and move there."""
+        if end > self._pos:
+            self._emit_text(self._buf[self._pos : end])
+            self._pos = end
 
     def _emit_text(self, text: str) -> None:
         if self._reasoning:
