@@ -143,7 +143,7 @@ class _Call:
     __slots__ = (
         "body_json",
         "declared",
-        "held",
+        "holding",
         "id",
         "index",
         "name",
@@ -161,7 +161,7 @@ class _Call:
         self.name = name
         self.declared = declared
         self.parts: list[str] = []
-        self.held: list[str] | None = None
+        self.holding = False  # fragments kept back (all of ``parts``) until the call ends
         self.param_count = 0
         self.param_names: set[str] = set()
         self.param_name = ""
@@ -237,7 +237,7 @@ class Parser:
             # Hot path: nothing held back and no tag can start in this delta.
             state = self._state
             call = self._call
-            if state == _VALUE and call is not None and call.param_is_string and call.held is None:
+            if state == _VALUE and call is not None and call.param_is_string and not call.holding:
                 fragment = encode_basestring(text)[1:-1]
                 call.parts.append(fragment)
                 return [_arguments_delta(call.index, fragment)]
@@ -660,8 +660,8 @@ class Parser:
             and name in _WRAPPER_NAMES
             and name not in call.declared
         ):
-            call.held = []  # may be unwrapped when the call ends
-        elif call.held is not None:
+            call.holding = True  # may be unwrapped when the call ends
+        elif call.holding:
             self._release_held(call)
         call.param_names.add(name)
         call.param_name = name
@@ -705,22 +705,19 @@ class Parser:
 
     def _emit_args(self, call: _Call, text: str) -> None:
         call.parts.append(text)
-        if call.held is not None:
-            call.held.append(text)
-        else:
+        if not call.holding:
             self._out.append(_arguments_delta(call.index, text))
 
     def _release_held(self, call: _Call) -> None:
-        held, call.held = call.held, None
-        if held:
-            self._out.append(ArgumentsDelta(call.index, "".join(held)))
+        call.holding = False
+        self._out.append(ArgumentsDelta(call.index, "".join(call.parts)))
 
     def _end_call(self, call: _Call) -> None:
         if not call.body_json:
             self._emit_args(call, "}" if call.param_count else "{}")
         text = "".join(call.parts)
         arguments = json.loads(text) if text else {}
-        if call.held is not None:
+        if call.holding:
             inner = arguments.get(call.param_name) if len(arguments) == 1 else None
             declared = call.declared or set()
             if isinstance(inner, dict) and inner and set(inner) <= declared:
@@ -732,7 +729,7 @@ class Parser:
                 )
                 arguments = inner
                 text = json.dumps(inner, ensure_ascii=False)
-                call.held = [text]
+                call.parts = [text]
             self._release_held(call)
         self._out.append(ToolCallEnd(call.index, call.id, call.name, arguments, text))
         self._calls_ended += 1
