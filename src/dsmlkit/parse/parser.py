@@ -277,7 +277,12 @@ class Parser:
 
     def _text(self) -> bool:
         buf, pos = self._buf, self._pos
-        lt = buf.find("<", pos)
+        lt, tag = pos - 1, None
+        while tag is None:  # a '<' that starts no tag is text: look further
+            lt = buf.find("<", lt + 1)
+            if lt < 0:
+                break
+            tag = self._scan(buf, lt)
         end = len(buf) if lt < 0 else lt
         newlines = 0
         while newlines < 2 and end - newlines > pos and buf[end - newlines - 1] == "\n":
@@ -286,7 +291,6 @@ class Parser:
             self._text_until(end if self._final else end - newlines)
             return self._final
         gap_start = lt - newlines  # the newlines belong to an opener, if one follows
-        tag = self._scan(buf, lt)
         if tag is CUT_OFF:
             self._text_until(gap_start)
             self._diagnose(
@@ -294,9 +298,6 @@ class Parser:
             )
             self._pos = len(buf)
             return False
-        if tag is None:
-            self._text_until(lt + 1)
-            return True
         if tag is PENDING:
             self._text_until(gap_start)
             return False
