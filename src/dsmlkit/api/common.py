@@ -178,28 +178,50 @@ def response_diagnostics(msg: ParsedMessage, req: ChatRequest) -> tuple[Diagnost
     return msg.diagnostics + check_tool_choice(req, msg.calls)
 
 
+_TextEvent = ContentDelta | ReasoningDelta | ArgumentsDelta
+_TEXT_EVENTS = (ContentDelta, ReasoningDelta, ArgumentsDelta)
+
+
+def _same_run(last: _TextEvent, event: _TextEvent) -> bool:
+    if isinstance(event, ArgumentsDelta):
+        return isinstance(last, ArgumentsDelta) and last.index == event.index
+    return type(last) is type(event)
+
+
+def _with_text(event: _TextEvent, text: str) -> _TextEvent:
+    if isinstance(event, ArgumentsDelta):
+        return ArgumentsDelta(event.index, text)
+    return ContentDelta(text) if isinstance(event, ContentDelta) else ReasoningDelta(text)
+
+
 def coalesce(events: Sequence[Event]) -> list[Event]:
     """Merge neighbouring text deltas of one kind (and argument fragments of one call).
 
     Fewer, larger stream chunks; the concatenated text is unchanged. Empty deltas go.
+    Each run is joined once, so the cost is linear in the text.
     """
     merged: list[Event] = []
-    for event in events:
-        if isinstance(event, (ContentDelta, ReasoningDelta, ArgumentsDelta)) and not event.text:
-            continue
+    run: list[str] = []  # the texts merged[-1] stands for, while it is a text event
+
+    def end_run() -> None:
         last = merged[-1] if merged else None
-        if isinstance(event, ContentDelta) and isinstance(last, ContentDelta):
-            merged[-1] = ContentDelta(last.text + event.text)
-        elif isinstance(event, ReasoningDelta) and isinstance(last, ReasoningDelta):
-            merged[-1] = ReasoningDelta(last.text + event.text)
-        elif (
-            isinstance(event, ArgumentsDelta)
-            and isinstance(last, ArgumentsDelta)
-            and last.index == event.index
-        ):
-            merged[-1] = ArgumentsDelta(event.index, last.text + event.text)
-        else:
-            merged.append(event)
+        if len(run) > 1 and isinstance(last, _TEXT_EVENTS):
+            merged[-1] = _with_text(last, "".join(run))
+        run.clear()
+
+    for event in events:
+        if isinstance(event, _TEXT_EVENTS):
+            if not event.text:
+                continue
+            last = merged[-1] if merged else None
+            if run and isinstance(last, _TEXT_EVENTS) and _same_run(last, event):
+                run.append(event.text)
+                continue
+        end_run()
+        merged.append(event)
+        if isinstance(event, _TEXT_EVENTS):
+            run.append(event.text)
+    end_run()
     return merged
 
 
