@@ -9,7 +9,7 @@ api.md §2.4 (one block open at a time, strictly increasing indexes, no ``[DONE]
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dsmlkit.api.common import (
@@ -47,7 +47,7 @@ from dsmlkit.parse import (
     ToolCallStart,
 )
 
-#: Opaque signature on the thinking blocks dsmlkit emits (signatures are never checked).
+#: Signature on thinking blocks when no signer is given (the gateway signs its own).
 THINKING_SIGNATURE = "dsmlkit-unsigned"
 #: Claude Code's per-request system block; it would defeat prefix caching.
 BILLING_HEADER = "x-anthropic-billing-header"
@@ -380,13 +380,16 @@ def anthropic_response(
     id: str,
     usage: Usage | None = None,
     stop_sequence: str | None = None,
+    sign_thinking: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
-    """A ``message`` for one parsed model output (never with empty ``content``)."""
+    """A ``message`` for one parsed model output (never with empty ``content``).
+
+    ``sign_thinking(text)`` makes the thinking block's signature (default: a constant).
+    """
     content: list[dict[str, Any]] = []
     if msg.reasoning:
-        content.append(
-            {"type": "thinking", "thinking": msg.reasoning, "signature": THINKING_SIGNATURE}
-        )
+        signature = sign_thinking(msg.reasoning) if sign_thinking else THINKING_SIGNATURE
+        content.append({"type": "thinking", "thinking": msg.reasoning, "signature": signature})
     if msg.content:
         content.append({"type": "text", "text": msg.content})
     content += [
@@ -414,11 +417,21 @@ class AnthropicStream:
 
     Call :meth:`start`, then :meth:`feed` with each batch of parser events (including the
     ``close()`` events), then :meth:`finish`. Frame each event with ``sse_anthropic``.
-    ``usage`` given here is the prompt's (reported in ``message_start``).
+    ``usage`` given here is the prompt's (reported in ``message_start``); ``sign_thinking``
+    as for :func:`anthropic_response`.
     """
 
-    def __init__(self, req: ChatRequest, *, id: str, usage: Usage | None = None) -> None:
+    def __init__(
+        self,
+        req: ChatRequest,
+        *,
+        id: str,
+        usage: Usage | None = None,
+        sign_thinking: Callable[[str], str] | None = None,
+    ) -> None:
         self._req = req
+        self._sign_thinking = sign_thinking
+        self._thinking: list[str] = []  # the open thinking block's text
         self._id = id
         self._prompt_usage = usage
         self._collector = MessageCollector()
@@ -448,6 +461,7 @@ class AnthropicStream:
             if isinstance(event, ReasoningDelta):
                 out += self._ensure_open("thinking", {"thinking": "", "signature": ""})
                 out.append(self._delta({"type": "thinking_delta", "thinking": event.text}))
+                self._thinking.append(event.text)
             elif isinstance(event, ContentDelta):
                 out += self._ensure_open("text", {"text": ""})
                 out.append(self._delta({"type": "text_delta", "text": event.text}))
@@ -511,7 +525,10 @@ class AnthropicStream:
             return []
         out: list[StreamEvent] = []
         if self._open == "thinking":
-            out.append(self._delta({"type": "signature_delta", "signature": THINKING_SIGNATURE}))
+            text = "".join(self._thinking)
+            self._thinking.clear()
+            signature = self._sign_thinking(text) if self._sign_thinking else THINKING_SIGNATURE
+            out.append(self._delta({"type": "signature_delta", "signature": signature}))
         self._open = None
         stop = {"type": "content_block_stop", "index": self._blocks - 1}
         return [*out, ("content_block_stop", stop)]

@@ -23,6 +23,8 @@ INSTALL_HINT = "pip install 'dsmlkit[server]'"
 #: Environment variables read for secrets (so keys need not appear in `ps` output).
 API_KEY_ENV = "DSMLKIT_API_KEY"
 UPSTREAM_KEY_ENV = "DSMLKIT_UPSTREAM_API_KEY"
+STATE_ENV = "DSMLKIT_STATE"
+STATE_SECRET_ENV = "DSMLKIT_STATE_SECRET"
 
 
 def register(subparsers: Any) -> None:
@@ -83,6 +85,14 @@ def register(subparsers: Any) -> None:
         default=32.0,
         help="largest request body accepted (default: 32)",
     )
+    parser.add_argument(
+        "--state",
+        metavar="STORE",
+        default=os.environ.get(STATE_ENV, "memory"),
+        help="where the gateway keeps reasoning between turns: memory (default), "
+        "sqlite:PATH (survives restarts) or redis://HOST:PORT/DB (shared by replicas); "
+        f"default: ${STATE_ENV}, else memory. ${STATE_SECRET_ENV} signs thinking blocks",
+    )
     parser.set_defaults(func=run)
 
 
@@ -108,6 +118,8 @@ def run(args: argparse.Namespace) -> int:
             upstream_api_key=os.environ.get(UPSTREAM_KEY_ENV) or None,
             upstream_timeout=args.upstream_timeout,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+            state=args.state,
+            state_secret=os.environ.get(STATE_SECRET_ENV) or None,
         )
     except ValueError as exc:
         print(f"dsmlkit serve: {exc}", file=sys.stderr)
@@ -123,8 +135,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"dsmlkit serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
     _log_requests_to_stderr()
-    description = app.state.dsmlkit.tokenizer_description
-    print(_banner(args.host, args.port, config, description), flush=True)
+    server_state = app.state.dsmlkit
+    banner = _banner(args.host, args.port, config, server_state.tokenizer_description)
+    print(f"{banner}\n  state: {server_state.reasoning.store.description}", flush=True)
     server = uvicorn.Server(uvicorn.Config(app, access_log=False, log_level="warning"))
     server.run(sockets=[sock])
     return 0

@@ -7,7 +7,7 @@ OpenAI's shapes); this module is the only place that picks between the two adapt
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from fastapi.responses import JSONResponse
@@ -66,11 +66,18 @@ def build_response(
     created: int,
     usage: Usage | None,
     stop_sequence: str | None,
+    sign_thinking: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
-    """The non-streaming response body for ``req``'s API."""
+    """The non-streaming response body for ``req``'s API (``sign_thinking``: Anthropic's
+    thinking-block signatures)."""
     if req.api == "anthropic":
         return anthropic_response(
-            msg, req, id=response_id, usage=usage, stop_sequence=stop_sequence
+            msg,
+            req,
+            id=response_id,
+            usage=usage,
+            stop_sequence=stop_sequence,
+            sign_thinking=sign_thinking,
         )
     return openai_response(msg, req, id=response_id, created=created, usage=usage)
 
@@ -104,8 +111,16 @@ class _OpenAIFrames:
 
 
 class _AnthropicFrames:
-    def __init__(self, req: ChatRequest, response_id: str, prompt_usage: Usage | None) -> None:
-        self._stream = AnthropicStream(req, id=response_id, usage=prompt_usage)
+    def __init__(
+        self,
+        req: ChatRequest,
+        response_id: str,
+        prompt_usage: Usage | None,
+        sign_thinking: Callable[[str], str] | None,
+    ) -> None:
+        self._stream = AnthropicStream(
+            req, id=response_id, usage=prompt_usage, sign_thinking=sign_thinking
+        )
 
     def start(self) -> list[str]:
         return [sse_anthropic(name, data) for name, data in self._stream.start()]
@@ -123,9 +138,14 @@ class _AnthropicFrames:
 
 
 def stream_frames(
-    req: ChatRequest, *, response_id: str, created: int, prompt_usage: Usage | None
+    req: ChatRequest,
+    *,
+    response_id: str,
+    created: int,
+    prompt_usage: Usage | None,
+    sign_thinking: Callable[[str], str] | None = None,
 ) -> StreamFrames:
     """The frame writer for ``req``'s API; ``prompt_usage`` is what is known at the start."""
     if req.api == "anthropic":
-        return _AnthropicFrames(req, response_id, prompt_usage)
+        return _AnthropicFrames(req, response_id, prompt_usage, sign_thinking)
     return _OpenAIFrames(req, response_id, created)

@@ -35,6 +35,10 @@ class ServerConfig:
     upstream_timeout: float = 600.0
     connect_timeout: float = 10.0
     max_body_bytes: int = 32 * 1024 * 1024
+    #: ``memory``, ``sqlite:PATH`` or ``redis://HOST:PORT/DB`` (see :mod:`.state_store`).
+    state: str = "memory"
+    #: Signs Anthropic thinking blocks (see :mod:`.reasoning_store`); default: random.
+    state_secret: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dialect", get_dialect(self.dialect).name)

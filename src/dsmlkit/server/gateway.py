@@ -47,6 +47,7 @@ from dsmlkit.server.apis import (
 from dsmlkit.server.chat_repair import ChatRepair
 from dsmlkit.server.local_routes import read_json
 from dsmlkit.server.prepare import prepare
+from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory
 from dsmlkit.server.reqlog import RequestRecord
 from dsmlkit.server.state import ServerState, client_keys, record_of, state_of
 from dsmlkit.server.upstream import UpstreamError, UpstreamStream
@@ -109,7 +110,10 @@ async def _gateway(request: Request, api: Api) -> Response:
     state = state_of(request)
     record = record_of(request)
     upstream = state.upstream()
-    body = await read_json(request)
+    body, record.reasoning_restored, state_error = await state.reasoning.restore(
+        api, await read_json(request)
+    )
+    record.state_error = state_error
     if state.config.upstream_api == "completions":
         plan = _completions_plan(state, api, body)
     else:
@@ -119,13 +123,18 @@ async def _gateway(request: Request, api: Api) -> Response:
     record.prompt_tokens = plan.prompt_tokens
     stream = await upstream.open_stream(plan.upstream_body, _upstream_key(state, request))
     outcome = _Outcome()
-    events = _events(stream, plan, record, outcome)
+    events = _events(stream, plan, record, outcome, state.reasoning)
     response_id = new_response_id(api)
     created = int(time.time())
+    sign_thinking = state.reasoning.signer.sign
     if req.stream:
         prompt_usage = Usage(plan.prompt_tokens, 0) if plan.prompt_tokens is not None else None
         frames = stream_frames(
-            req, response_id=response_id, created=created, prompt_usage=prompt_usage
+            req,
+            response_id=response_id,
+            created=created,
+            prompt_usage=prompt_usage,
+            sign_thinking=sign_thinking,
         )
         return StreamingResponse(
             _stream_body(frames, events, outcome, record, api),
@@ -152,6 +161,7 @@ async def _gateway(request: Request, api: Api) -> Response:
             created=created,
             usage=outcome.usage,
             stop_sequence=outcome.stop_sequence,
+            sign_thinking=sign_thinking,
         )
 
     result = await _cancel_on_disconnect(request, collect, record)
@@ -209,9 +219,15 @@ def _upstream_key(state: ServerState, request: Request) -> str | None:
 
 
 async def _events(
-    stream: UpstreamStream, plan: _Plan, record: RequestRecord, outcome: _Outcome
+    stream: UpstreamStream,
+    plan: _Plan,
+    record: RequestRecord,
+    outcome: _Outcome,
+    memory: ReasoningMemory,
 ) -> AsyncGenerator[list[Event], None]:
-    """Parser events for the upstream's stream, ending with the close() events."""
+    """Parser events for the upstream's stream, ending with the close() events; the
+    answer's reasoning is remembered under its call ids before the last events go out."""
+    answer = AnswerTracker()
     finish: str | None = None
     async for chunk in stream.chunks():
         usage = chunk.get("usage")
@@ -222,6 +238,7 @@ async def _events(
                 continue
             events = _timed(record, plan.feed, choice)
             if events:
+                answer.add(events)
                 yield _noted(record, events)
             if choice.get("finish_reason"):
                 finish = str(choice["finish_reason"])
@@ -237,6 +254,10 @@ async def _events(
     record.finish_reason = next(e.finish_reason for e in final if isinstance(e, OutputEnd))
     record.prompt_tokens = outcome.usage.prompt_tokens
     record.completion_tokens = outcome.usage.completion_tokens
+    answer.add(final)
+    record.state_error = await memory.remember(answer.call_ids, answer.reasoning) or (
+        record.state_error
+    )
     yield final
 
 

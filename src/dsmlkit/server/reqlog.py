@@ -41,6 +41,10 @@ class RequestRecord:
     parsed: bool = False
     parse_seconds: float = 0.0
     upstream_seconds: float | None = None
+    #: Assistant turns whose dropped reasoning the gateway put back.
+    reasoning_restored: int = 0
+    #: Why the state store could not be used, if it could not.
+    state_error: str | None = None
     error_type: str | None = None
     error_message: str | None = None
     duration: float = 0.0
@@ -78,6 +82,8 @@ class RequestRecord:
                 if self.upstream_seconds is not None
                 else None
             ),
+            "reasoning_restored": self.reasoning_restored or None,
+            "state_error": self.state_error,
             "error": self.error_type,
             "error_message": self.error_message,
         }

@@ -13,7 +13,9 @@ from dsmlkit.api import ApiError
 from dsmlkit.render.tokens import PromptTokenizer, TokenizerNotInstalled, load_tokenizer
 from dsmlkit.server.config import NO_TOKENIZER, ServerConfig
 from dsmlkit.server.metrics import Metrics
+from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
 from dsmlkit.server.reqlog import RequestRecord
+from dsmlkit.server.state_store import open_store
 from dsmlkit.server.upstream import UpstreamClient
 
 
@@ -45,6 +47,12 @@ class ServerState:
     metrics: Metrics = field(default_factory=Metrics)
     started: int = field(default_factory=lambda: int(time.time()))
     _upstream: UpstreamClient | None = None
+    #: The reasoning round trip, on the ``--state`` store (opened with the state).
+    reasoning: ReasoningMemory = field(init=False)
+
+    def __post_init__(self) -> None:
+        store = open_store(self.config.state)
+        self.reasoning = ReasoningMemory(store, ThinkingSigner(self.config.state_secret))
 
     def upstream(self) -> UpstreamClient:
         """The upstream client (made on first use); a 404 when no upstream is configured."""
@@ -78,6 +86,7 @@ class ServerState:
         if self._upstream is not None:
             await self._upstream.aclose()
             self._upstream = None
+        await self.reasoning.store.aclose()
 
 
 def client_keys(headers: Mapping[str, str]) -> list[str]:

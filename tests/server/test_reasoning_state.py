@@ -1,0 +1,220 @@
+"""The state stores (memory, SQLite, a real Redis) and the reasoning memory on top of them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
+from dsmlkit.server.state_store import (
+    MemoryStore,
+    RedisStore,
+    SqliteStore,
+    StateStore,
+    StateStoreUnavailable,
+    get_one,
+    open_store,
+)
+from tests.server.redis_server import free_port, redis_url
+
+__all__ = ["redis_url"]  # the fixture
+
+
+StoreTest = Callable[[StateStore], Awaitable[None]]
+
+
+@pytest.fixture(params=["memory", "sqlite", "redis"])
+def with_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[StoreTest], None]:
+    """``with_store(test)`` runs ``await test(store)`` on a fresh store of each kind, in one
+    event loop (the Redis client belongs to the loop it connected in)."""
+
+    def make() -> StateStore:
+        if request.param == "memory":
+            return MemoryStore()
+        if request.param == "sqlite":
+            return SqliteStore(str(tmp_path / "state.db"))
+        return RedisStore(request.getfixturevalue("redis_url"))
+
+    def run_test(test: StoreTest) -> None:
+        async def go() -> None:
+            store = make()
+            try:
+                if isinstance(store, RedisStore):
+                    await store._client.flushdb()
+                await test(store)
+            finally:
+                await store.aclose()
+
+        anyio.run(go)
+
+    return run_test
+
+
+def run(work: Any, *args: Any) -> Any:
+    return anyio.run(work, *args)
+
+
+def test_values_come_back_and_missing_keys_are_left_out(with_store: Any) -> None:
+    async def test(store: StateStore) -> None:
+        await store.put_many({"a": "1", "b": "ü ｜DSML｜ \n"})
+        assert await store.get_many(["a", "b", "c"]) == {"a": "1", "b": "ü ｜DSML｜ \n"}
+        assert await store.get_many([]) == {}
+        assert await get_one(store, "a") == "1"
+
+    with_store(test)
+
+
+def test_entries_expire(with_store: Any) -> None:
+    async def test(store: StateStore) -> None:
+        await store.put_many({"short": "x"}, 0.05)
+        await store.put_many({"long": "y"}, 60.0)
+        await anyio.sleep(0.15)
+        assert await store.get_many(["short", "long"]) == {"long": "y"}
+
+    with_store(test)
+
+
+def test_a_live_store_is_ready(with_store: Any) -> None:
+    async def test(store: StateStore) -> None:
+        health = await store.check()
+        assert health.ok and health.error is None
+
+    with_store(test)
+
+
+def test_memory_store_drops_the_least_recently_used() -> None:
+    store = MemoryStore(max_entries=2)
+    run(store.put_many, {"a": "1", "b": "2"})
+    run(store.get_many, ["a"])  # a is now the most recent
+    run(store.put_many, {"c": "3"})
+    assert run(store.get_many, ["a", "b", "c"]) == {"a": "1", "c": "3"}
+    assert len(store) == 2
+
+
+def test_sqlite_store_keeps_values_across_instances(tmp_path: Path) -> None:
+    path = str(tmp_path / "state.db")
+    first = SqliteStore(path)
+    run(first.put_many, {"k": "v"})
+    run(first.aclose)
+    second = SqliteStore(path)
+    assert run(second.get_many, ["k"]) == {"k": "v"}
+    run(second.aclose)
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("memcached://x", "must be memory, sqlite:PATH or redis://"),
+        ("sqlite:", "needs a file path"),
+        ("sqlite:/nonexistent-dir/x/state.db", "cannot open the file"),
+        ("redis://host:notaport/0", "redis://"),
+    ],
+)
+def test_bad_state_settings_say_what_to_write(setting: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        open_store(setting)
+
+
+def test_redis_store_that_is_down_fails_fast_and_reports_it() -> None:
+    async def test() -> None:
+        store = RedisStore(f"redis://127.0.0.1:{free_port()}/0")
+        with pytest.raises(StateStoreUnavailable, match=r"127\.0\.0\.1"):
+            await store.get_many(["k"])
+        started = time.monotonic()
+        with pytest.raises(StateStoreUnavailable, match="backing off"):
+            await store.put_many({"k": "v"})
+        assert time.monotonic() - started < 0.1
+        health = await store.check()
+        assert not health.ok and health.error
+        assert health.as_json()["backend"] == store.description
+        await store.aclose()
+
+    anyio.run(test)
+
+
+def test_redis_url_password_is_not_shown(redis_url: str) -> None:
+    store = RedisStore(redis_url.replace("redis://", "redis://:hunter2@"))
+    assert "hunter2" not in store.description
+    run(store.aclose)
+
+
+# --- the reasoning memory, without HTTP ---------------------------------------------------
+
+
+def memory(secret: str = "s") -> ReasoningMemory:
+    return ReasoningMemory(MemoryStore(), ThinkingSigner(secret))
+
+
+def anthropic_body(thinking: dict[str, Any] | None, call_id: str = "toolu_1") -> dict[str, Any]:
+    blocks = [thinking] if thinking else []
+    blocks.append({"type": "tool_use", "id": call_id, "name": "f", "input": {}})
+    return {
+        "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": blocks}]
+    }
+
+
+def test_signatures_bind_the_text_and_the_secret() -> None:
+    signer = ThinkingSigner("secret")
+    signature = signer.sign("thought")
+    assert signature.startswith("dsmlkit1.")
+    assert signer.verify("thought", signature)
+    assert not signer.verify("thought.", signature)
+    assert not ThinkingSigner("other").verify("thought", signature)
+    assert not signer.verify("thought", "ünïcode")  # never raises on client input
+    assert not signer.verify(None, signature)
+
+
+def test_restore_never_changes_the_callers_body() -> None:
+    mem = memory()
+    run(mem.remember, ["call_1"], "why")
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    body = {"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]}
+    restored, count, error = run(mem.restore, "openai", body)
+    assert (count, error) == (1, None)
+    assert restored["messages"][0]["reasoning_content"] == "why"
+    assert "reasoning_content" not in body["messages"][0]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [None, [], {"messages": "x"}, {"messages": [1, {"role": "assistant", "content": 5}]}],
+)
+def test_restore_leaves_bodies_of_any_shape_to_the_reader(body: Any) -> None:
+    assert run(memory().restore, "anthropic", body) == (body, 0, None)
+
+
+def test_a_signed_anthropic_turn_needs_no_store() -> None:
+    mem = memory()
+    block = {"type": "thinking", "thinking": "mine", "signature": mem.signer.sign("mine")}
+    assert run(mem.restore, "anthropic", anthropic_body(block))[1] == 0
+
+
+def test_redacted_thinking_is_replaced_by_the_stored_reasoning() -> None:
+    mem = memory()
+    run(mem.remember, ["toolu_1"], "stored")
+    body = anthropic_body({"type": "redacted_thinking", "data": "opaque"})
+    restored, count, _ = run(mem.restore, "anthropic", body)
+    assert count == 1
+    first = restored["messages"][1]["content"][0]
+    assert first["thinking"] == "stored" and mem.signer.verify("stored", first["signature"])
+    assert [b["type"] for b in restored["messages"][1]["content"]] == ["thinking", "tool_use"]
+
+
+def test_remember_with_a_dead_store_returns_the_error_and_logs_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    mem = ReasoningMemory(RedisStore(f"redis://127.0.0.1:{free_port()}/0"), ThinkingSigner())
+
+    async def twice() -> None:
+        assert await mem.remember(["call_1"], "why")
+        assert await mem.remember(["call_2"], "why")
+
+    with caplog.at_level("WARNING", logger="dsmlkit.server"):
+        anyio.run(twice)
+    events = [r.getMessage() for r in caplog.records]
+    assert len(events) == 1 and "state_store_unavailable" in events[0]
