@@ -19,9 +19,9 @@ from dsmlkit.api import (
     parse_anthropic_request,
     parse_openai_request,
     parse_request,
-    request_to_render_input,
     to_openai_chat_body,
 )
+from dsmlkit.render import render, render_conversation
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "conversion.json").read_text("utf-8"))
 
@@ -92,7 +92,7 @@ def test_result_without_id_takes_next_unanswered_call() -> None:
             },
         ]
     )
-    messages = parse_anthropic_request(body).messages
+    messages = parse_anthropic_request(body).conversation.chat_messages()
     assert [(m["tool_call_id"], m["content"]) for m in messages[1:]] == [
         ("toolu_a", "A"),
         ("toolu_b", "B"),
@@ -150,7 +150,7 @@ def test_one_tool_message_per_result_references_first_images_after() -> None:
             },
         ]
     )
-    messages = parse_anthropic_request(body).messages
+    messages = parse_anthropic_request(body).conversation.chat_messages()
     assert messages[1:] == [
         {
             "role": "tool",
@@ -196,10 +196,10 @@ def test_server_tools_and_blocks_are_dropped_with_notes() -> None:
         ],
     )
     req = parse_anthropic_request(body)
-    assert [t["function"]["name"] for t in req.tools] == ["Read"]
-    assert req.messages[1] == {"role": "assistant", "content": "found"}
-    assert len(req.notes) == 4
-    assert any("tool_search_tool_regex" in note for note in req.notes)
+    assert [t["function"]["name"] for t in req.conversation.chat_tools()] == ["Read"]
+    assert req.conversation.chat_messages()[1] == {"role": "assistant", "content": "found"}
+    assert len(req.conversation.notes) == 4
+    assert any("tool_search_tool_regex" in note for note in req.conversation.notes)
 
 
 def test_tool_choice_naming_a_server_tool_is_400() -> None:
@@ -230,8 +230,8 @@ def test_anthropic_thinking_and_effort(
     if effort is not None:
         extra["output_config"] = {"effort": effort}
     req = parse_anthropic_request(anthropic([{"role": "user", "content": "x"}], **extra))
-    assert req.render_kwargs["mode"] == mode
-    assert req.render_kwargs["reasoning_effort"] == expected_effort
+    assert req.render.mode == mode
+    assert req.render.reasoning_effort == expected_effort
 
 
 def test_anthropic_prefill_and_inline_system() -> None:
@@ -244,10 +244,10 @@ def test_anthropic_prefill_and_inline_system() -> None:
         output_config={"format": {"type": "json_schema", "schema": {"type": "object"}}},
     )
     req = parse_anthropic_request(body)
-    assert req.messages[1] == {"role": "system", "content": "Be terse."}
-    assert req.render_kwargs["continue_final_message"] is True
-    assert req.render_kwargs["add_generation_prompt"] is False
-    assert req.response_format == {
+    assert req.conversation.chat_messages()[1] == {"role": "system", "content": "Be terse."}
+    assert req.render.continue_final_message is True
+    assert req.render.add_generation_prompt is False
+    assert req.conversation.response_format == {
         "type": "json_schema",
         "json_schema": {"name": "output", "schema": {"type": "object"}},
     }
@@ -327,7 +327,9 @@ def test_top_level_tool_reference_becomes_its_name() -> None:
     body = anthropic(
         [{"role": "user", "content": [{"type": "tool_reference", "tool_name": "Bash"}]}]
     )
-    assert parse_anthropic_request(body).messages == [{"role": "user", "content": "Bash"}]
+    assert parse_anthropic_request(body).conversation.chat_messages() == [
+        {"role": "user", "content": "Bash"}
+    ]
 
 
 def test_defer_loading_is_kept_on_the_tool() -> None:
@@ -335,7 +337,7 @@ def test_defer_loading_is_kept_on_the_tool() -> None:
         [{"role": "user", "content": "x"}],
         tools=[{"name": "a", "input_schema": {"type": "object"}, "defer_loading": True}],
     )
-    assert parse_anthropic_request(body).tools[0]["defer_loading"] is True
+    assert parse_anthropic_request(body).conversation.chat_tools()[0]["defer_loading"] is True
 
 
 # --- OpenAI ----------------------------------------------------------------------------
@@ -382,7 +384,7 @@ def test_openai_tool_message_with_references_and_reasoning_alias() -> None:
             },
         ]
     )
-    messages = parse_openai_request(body).messages
+    messages = parse_openai_request(body).conversation.chat_messages()
     assert messages[0] == {"role": "user", "content": "find"}
     assert messages[1]["reasoning_content"] == "search first"
     assert messages[2]["content"] == [{"type": "tool_reference", "name": "get_weather"}]
@@ -406,8 +408,8 @@ def test_openai_tool_message_with_references_and_reasoning_alias() -> None:
 )
 def test_openai_thinking_and_effort(extra: dict[str, Any], mode: str, effort: Any) -> None:
     req = parse_openai_request(openai([{"role": "user", "content": "x"}], **extra))
-    assert req.render_kwargs["mode"] == mode
-    assert req.render_kwargs["reasoning_effort"] == effort
+    assert req.render.mode == mode
+    assert req.render.reasoning_effort == effort
 
 
 def test_openai_options_and_sampling() -> None:
@@ -425,7 +427,9 @@ def test_openai_options_and_sampling() -> None:
         top_k=5,
     )
     req = parse_openai_request(body)
-    assert req.tools == [{"type": "function", "function": {"name": "f"}, "defer_loading": True}]
+    assert req.conversation.chat_tools() == [
+        {"type": "function", "function": {"name": "f"}, "defer_loading": True}
+    ]
     assert req.include_usage is True
     assert req.sampling == {
         "max_tokens": 99,
@@ -449,14 +453,6 @@ def test_openai_options_and_sampling() -> None:
         ([], None),
         ({"messages": [{"role": "user", "content": "x"}]}, "model"),
         (openai([{"role": "function", "content": "x"}]), "messages[0].role"),
-        (
-            openai([{"role": "assistant", "tool_calls": [oai_call("c", arguments="{oops")]}]),
-            "messages[0].tool_calls[0].function.arguments",
-        ),
-        (
-            openai([{"role": "assistant", "tool_calls": [oai_call("c", arguments="[1]")]}]),
-            "messages[0].tool_calls[0].function.arguments",
-        ),
         (
             openai([{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]),
             "messages[0].content[0]",
@@ -514,39 +510,53 @@ def test_openai_invalid_requests_name_the_field(body: Any, param: str | None) ->
     ErrorObject.model_validate(openai_error_body(err)["error"])
 
 
+@pytest.mark.parametrize("arguments", ["{oops", "[1]"])
+def test_history_arguments_that_are_no_object_are_rendered_raw_with_a_note(arguments: str) -> None:
+    body = openai(
+        [
+            {"role": "assistant", "tool_calls": [oai_call("c", arguments=arguments)]},
+            {"role": "user", "content": "x"},
+        ]
+    )
+    req = parse_openai_request(body)
+    call = req.conversation.messages[0].tool_calls[0]
+    assert call.arguments == {"arguments": arguments}
+    assert any(
+        note.startswith("messages[0].tool_calls[0].function.arguments")
+        for note in req.conversation.notes
+    )
+
+
 def test_history_arguments_may_be_an_object_or_double_encoded() -> None:
     calls = [
         oai_call("c1", arguments=json.dumps('{"a": 1}')),
         {"id": "c2", "type": "function", "function": {"name": "Read", "arguments": {"b": 2}}},
     ]
-    message = parse_openai_request(openai([{"role": "assistant", "tool_calls": calls}])).messages[0]
+    message = parse_openai_request(
+        openai([{"role": "assistant", "tool_calls": calls}])
+    ).conversation.chat_messages()[0]
     assert [json.loads(c["function"]["arguments"]) for c in message["tool_calls"]] == [
         {"a": 1},
         {"b": 2},
     ]
 
 
-def test_request_to_render_input_hands_the_renderer_everything() -> None:
+def test_a_request_renders_as_its_canonical_conversation() -> None:
     body = anthropic(
         [{"role": "user", "content": "hi"}],
         system="Be brief.",
         thinking={"type": "enabled", "budget_tokens": 1024},
         output_config={"effort": "max"},
     )
-    messages, tools, kwargs = request_to_render_input("anthropic", body, dialect="v4")
-    assert messages == [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "hi"},
-    ]
-    assert tools == []
-    assert kwargs == {
-        "dialect": "v4",
-        "mode": "thinking",
-        "reasoning_effort": "max",
-        "response_format": None,
-        "add_generation_prompt": True,
-        "continue_final_message": False,
-    }
+    req = parse_request("anthropic", body, dialect="v4")
+    expected = render(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}],
+        dialect="v4",
+        mode="thinking",
+        reasoning_effort="max",
+    )
+    assert render_conversation(req.conversation, req.render).prompt == expected.prompt
+    assert req.conversation.chat_tools() == []
 
 
 def test_error_status_types() -> None:

@@ -22,6 +22,7 @@ from dsmlkit.api import (
     AnthropicStream,
     ApiError,
     ChatRequest,
+    InvalidRequest,
     OpenAIStream,
     Usage,
     anthropic_error_body,
@@ -188,7 +189,7 @@ def test_accumulated_streams_equal_the_responses(
 
     req = openai_request(stream_options={"include_usage": True})
     whole = parse_whole(req, text)
-    expected = openai_response(whole, req, id="chatcmpl-1", created=1700000000, usage=USAGE)
+    expected = openai_response(whole, req.model, id="chatcmpl-1", created=1700000000, usage=USAGE)
     streamed, _ = openai_stream(req, chunks)
     assert accumulate_openai(streamed) == ChatCompletion.model_validate(expected).model_dump(
         exclude_none=True
@@ -196,7 +197,7 @@ def test_accumulated_streams_equal_the_responses(
 
     areq = anthropic_request()
     awhole = parse_whole(areq, text)
-    aexpected = anthropic_response(awhole, areq, id="msg_1", usage=USAGE)
+    aexpected = anthropic_response(awhole, areq.model, id="msg_1", usage=USAGE)
     aevents, _ = anthropic_stream(areq, chunks)
     assert accumulate_anthropic(aevents) == Message.model_validate(aexpected).model_dump(
         exclude_none=True
@@ -289,11 +290,11 @@ def test_anthropic_events_follow_the_documented_grammar() -> None:
 
 def test_empty_completion() -> None:
     req, areq = openai_request(), anthropic_request()
-    body = openai_response(parse_whole(req, "</think>"), req, id="c", created=0)
+    body = openai_response(parse_whole(req, "</think>"), req.model, id="c", created=0)
     ChatCompletion.model_validate(body)
     assert body["choices"][0]["message"] == {"role": "assistant", "content": None}
     assert body["choices"][0]["finish_reason"] == "stop"
-    message = anthropic_response(parse_whole(areq, "</think>"), areq, id="m")
+    message = anthropic_response(parse_whole(areq, "</think>"), areq.model, id="m")
     Message.model_validate(message)
     assert message["content"] == [{"type": "text", "text": ""}]
     assert message["stop_reason"] == "end_turn"
@@ -303,16 +304,21 @@ def test_empty_completion() -> None:
 
 def test_stop_sequence_and_length() -> None:
     areq = anthropic_request(stop_sequences=["END"])
-    message = anthropic_response(parse_whole(areq, "</think>ok"), areq, id="m", stop_sequence="END")
+    message = anthropic_response(
+        parse_whole(areq, "</think>ok"), areq.model, id="m", stop_sequence="END"
+    )
     Message.model_validate(message)
     assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "END")
     events, _ = anthropic_stream(areq, ["</think>ok"], stop_sequence="END")
     assert events[-2][1]["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": "END"}
 
     cut = parse_whole(areq, "</think>a long answ", finish_reason="length")
-    assert anthropic_response(cut, areq, id="m")["stop_reason"] == "max_tokens"
+    assert anthropic_response(cut, areq.model, id="m")["stop_reason"] == "max_tokens"
     req = openai_request()
-    assert openai_response(cut, req, id="c", created=0)["choices"][0]["finish_reason"] == "length"
+    assert (
+        openai_response(cut, req.model, id="c", created=0)["choices"][0]["finish_reason"]
+        == "length"
+    )
 
 
 def test_call_cut_off_by_the_length_limit() -> None:
@@ -322,7 +328,7 @@ def test_call_cut_off_by_the_length_limit() -> None:
     accumulated = accumulate_anthropic(events)
     assert accumulated["stop_reason"] == "max_tokens"
     assert "truncated_call" in {d.kind for d in stream.diagnostics}
-    whole = anthropic_response(parse_whole(areq, text, "length"), areq, id="m")
+    whole = anthropic_response(parse_whole(areq, text, "length"), areq.model, id="m")
     assert [block["type"] for block in whole["content"]] == ["text"]
     chunks, _ = openai_stream(openai_request(), [text], "length")
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
@@ -386,7 +392,7 @@ def test_sse_frames() -> None:
 
 
 def test_error_bodies_match_the_sdk_types() -> None:
-    err = ApiError.invalid_request("is required; give a string", "messages[0].role")
+    err = InvalidRequest("is required; give a string", "messages[0].role")
     body = openai_error_body(err)
     ErrorObject.model_validate(body["error"])
     assert body["error"]["param"] == "messages[0].role"

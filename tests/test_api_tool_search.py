@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dsmlkit.api import request_to_render_input
-from dsmlkit.render import render
+from dsmlkit.api import parse_request
+from dsmlkit.render import render_conversation
 
 TOOLS = [
     {
@@ -100,12 +100,12 @@ SESSION = {
 
 
 def rendered() -> str:
-    messages, tools, kwargs = request_to_render_input("anthropic", SESSION, dialect="v4.1")
-    return render(messages, tools, **kwargs).prompt
+    req = parse_request("anthropic", SESSION, dialect="v4.1")
+    return render_conversation(req.conversation, req.render).prompt
 
 
 def test_one_tool_message_per_call() -> None:
-    messages, _, _ = request_to_render_input("anthropic", SESSION, dialect="v4.1")
+    messages = parse_request("anthropic", SESSION, dialect="v4.1").conversation.chat_messages()
     answered = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
     assert answered == ["toolu_ts1", "toolu_w", "toolu_ts2", "toolu_r"]
 

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 
 from dsmlkit.api import parse_request
 from dsmlkit.dialects import BOS, EOS, V4_1
-from dsmlkit.render import render
+from dsmlkit.render import render_conversation
 from dsmlkit.render.tokens import load_tokenizer
 from dsmlkit.server import ServerConfig, create_app
 from tests.helpers import write_block
@@ -73,7 +73,7 @@ def test_render_shows_the_exact_prompt_and_ids(
     assert response.status_code == 200
     shown = response.json()
     req = parse_request(api, body, dialect="v4.1")  # type: ignore[arg-type]
-    expected = render(req.messages, req.tools, **req.render_kwargs)
+    expected = render_conversation(req.conversation, req.render)
     assert shown["prompt"] == expected.prompt
     assert shown["token_ids"] == load_tokenizer().encode_prompt(expected)
     assert shown["output_starts_in"] == expected.output_starts_in

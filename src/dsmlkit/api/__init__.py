@@ -1,6 +1,6 @@
 """OpenAI Chat Completions and Anthropic Messages adapters (sans-IO).
 
-Requests become a :class:`ChatRequest` (canonical conversation plus render, parse and
+Requests become a :class:`ChatRequest` (a typed conversation plus render, parse and
 sampling options); parser events become each API's responses and stream chunks.
 See ``docs/api-adapters.md``.
 """
@@ -8,27 +8,31 @@ See ``docs/api-adapters.md``.
 from dsmlkit.api.anthropic import AnthropicStream, anthropic_response, parse_anthropic_request
 from dsmlkit.api.common import (
     ChatRequest,
+    ParseOptions,
     Usage,
     call_id_factory,
     check_tool_choice,
     response_diagnostics,
 )
-from dsmlkit.api.errors import ApiError, anthropic_error_body, openai_error_body
+from dsmlkit.api.errors import anthropic_error_body, openai_error_body
 from dsmlkit.api.openai import OpenAIStream, openai_response, parse_openai_request
 from dsmlkit.api.request import (
     convert_output,
+    parse_options,
     parse_request,
-    request_to_render_input,
     to_openai_chat_body,
 )
 from dsmlkit.api.sse import SSE_DONE, sse_anthropic, sse_openai
+from dsmlkit.errors import ApiError, InvalidRequest
 
 __all__ = [
     "SSE_DONE",
     "AnthropicStream",
     "ApiError",
     "ChatRequest",
+    "InvalidRequest",
     "OpenAIStream",
+    "ParseOptions",
     "Usage",
     "anthropic_error_body",
     "anthropic_response",
@@ -39,8 +43,8 @@ __all__ = [
     "openai_response",
     "parse_anthropic_request",
     "parse_openai_request",
+    "parse_options",
     "parse_request",
-    "request_to_render_input",
     "response_diagnostics",
     "sse_anthropic",
     "sse_openai",

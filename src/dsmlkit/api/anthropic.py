@@ -8,31 +8,25 @@ api.md §2.4 (one block open at a time, strictly increasing indexes, no ``[DONE]
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from dsmlkit.api.common import (
     EFFORT_NAMES,
     ChatRequest,
-    ToolAnswers,
+    ParseOptions,
     Usage,
-    add_tool,
     check_choice_has_tools,
     coalesce,
-    collapse_text,
     effort_for_dialect,
-    function_tool,
     named_choice,
     read_numbers,
     read_stop,
     request_root,
     response_diagnostics,
-    tool_name,
-    tool_reference_part,
 )
 from dsmlkit.api.fields import Field
-from dsmlkit.dialects import Dialect, get_dialect
+from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.parse import (
     ArgumentsDelta,
     ContentDelta,
@@ -46,6 +40,20 @@ from dsmlkit.parse import (
     ToolCallEnd,
     ToolCallStart,
 )
+from dsmlkit.render import RenderOptions, resolve_dialect
+from dsmlkit.render.conversation import (
+    HistoryCall,
+    ImagePart,
+    Message,
+    Part,
+    TextPart,
+    Tool,
+    check_call_ids,
+    tool,
+    tool_name,
+    tool_reference,
+)
+from dsmlkit.render.conversation import conversation as finish_conversation
 
 #: Signature on thinking blocks when no signer is given (the gateway signs its own).
 THINKING_SIGNATURE = "dsmlkit-unsigned"
@@ -62,43 +70,44 @@ STOP_REASONS: dict[FinishReason, str] = {
 # --- requests --------------------------------------------------------------------------
 
 
-def parse_anthropic_request(body: Any, *, dialect: str | Dialect = "v4.1") -> ChatRequest:
-    """Validate a Messages body and convert it; raises :class:`ApiError` (400)."""
+def parse_anthropic_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT) -> ChatRequest:
+    """Validate a Messages body and convert it; raises :class:`InvalidRequest` (400)."""
     root = request_root(body)
     model = root["model"].nonempty_string()
+    resolved = resolve_dialect(dialect)
     sampling: dict[str, Any] = {"max_tokens": root["max_tokens"].integer(minimum=1)}
     notes: list[str] = []
-    tools, server_tools = _tools(root["tools"], notes)
-    messages: list[dict[str, Any]] = []
+    tools, server_tools = read_anthropic_tools(root["tools"], notes)
+    messages: list[Message] = []
     system = _system_text(root["system"]) if root["system"].present else ""
     if system:
-        messages.append({"role": "system", "content": system})
+        messages.append(Message("system", "system", (TextPart(system),), plain=True))
     messages += _Conversation(notes).convert(root["messages"])
-    tool_choice, parallel = _tool_choice(root["tool_choice"], tools, server_tools)
     requested_effort, response_format = _output_config(root["output_config"])
-    dialect_name = get_dialect(dialect).name
-    effort = effort_for_dialect(requested_effort, dialect_name, "output_config.effort", notes)
-    prefill = messages[-1]["role"] == "assistant"
+    effort = effort_for_dialect(requested_effort, resolved, "output_config.effort", notes)
+    conversation = finish_conversation(messages, tools, response_format, notes)
+    tool_choice, parallel = _tool_choice(root["tool_choice"], tools, server_tools)
+    prefill = conversation.messages[-1].role == "assistant"
     sampling.update(read_numbers(root, ("temperature", "top_p", "top_k")))
     if root["stop_sequences"].present:
         sampling["stop"] = read_stop(root["stop_sequences"])
     return ChatRequest(
         api="anthropic",
         model=model,
-        dialect=dialect_name,
-        messages=messages,
-        tools=tools,
+        conversation=conversation,
+        render=RenderOptions(
+            dialect=resolved,
+            thinking=_thinking(root["thinking"]),
+            reasoning_effort=effort,
+            add_generation_prompt=not prefill,
+            continue_final_message=prefill,
+        ),
+        parse=ParseOptions(resolved, conversation.tools),
         tool_choice=tool_choice,
         parallel_tool_calls=parallel,
-        thinking=_thinking(root["thinking"]),
-        reasoning_effort=effort,
-        response_format=response_format,
-        add_generation_prompt=not prefill,
-        continue_final_message=prefill,
         stream=root["stream"].boolean() if root["stream"].present else False,
         include_usage=True,
         sampling=sampling,
-        notes=tuple(notes),
     )
 
 
@@ -115,15 +124,13 @@ def _system_text(field: Field) -> str:
     return "".join(texts)
 
 
-def _image_part(block: Field) -> dict[str, Any]:
+def _image_part(block: Field) -> ImagePart:
     source = block["source"]
     kind = source["type"].choice(("base64", "url"))
     if kind == "url":
-        url = source["url"].nonempty_string()
-    else:
-        media_type = source["media_type"].nonempty_string()
-        url = f"data:{media_type};base64,{source['data'].nonempty_string()}"
-    return {"type": "image_url", "image_url": {"url": url}}
+        return ImagePart(source["url"].nonempty_string())
+    media_type = source["media_type"].nonempty_string()
+    return ImagePart(f"data:{media_type};base64,{source['data'].nonempty_string()}")
 
 
 def _is_server_block(kind: str) -> bool:
@@ -133,39 +140,35 @@ def _is_server_block(kind: str) -> bool:
     )
 
 
-def _tool_use(block: Field) -> dict[str, Any]:
-    arguments = dict(block["input"].object())
-    return {
-        "id": block["id"].nonempty_string(),
-        "type": "function",
-        "function": {
-            "name": tool_name(block["name"]),
-            "arguments": json.dumps(arguments, ensure_ascii=False),
-        },
-    }
+def _tool_use(block: Field) -> HistoryCall:
+    return HistoryCall(
+        block["id"].nonempty_string(),
+        tool_name(block["name"].value, block["name"].path),
+        dict(block["input"].object()),
+    )
 
 
 class _Conversation:
-    """Converts ``messages`` in order, pairing each tool_result with its tool_use."""
+    """Converts ``messages`` in order into typed messages (tool results one message each)."""
 
     def __init__(self, notes: list[str]) -> None:
         self._notes = notes
-        self._answers = ToolAnswers()
 
-    def convert(self, field: Field) -> list[dict[str, Any]]:
+    def convert(self, field: Field) -> list[Message]:
         items = field.array()
         if not items:
             raise field.error("must hold at least one message")
-        messages: list[dict[str, Any]] = []
+        messages: list[Message] = []
         for item in items:
             role = item["role"].choice(("user", "assistant", "system"))
             content = item["content"]
             if role == "system":
-                messages.append({"role": "system", "content": _system_text(content)})
+                text = _system_text(content)
+                messages.append(Message(item.path, "system", (TextPart(text),), plain=True))
             elif role == "assistant":
-                messages.append(self._assistant(content))
+                messages.append(self._assistant(item.path, content))
             else:
-                messages += self._user(content)
+                messages += self._user(item.path, content)
         return messages
 
     def _blocks(self, content: Field) -> list[Field] | None:
@@ -179,14 +182,13 @@ class _Conversation:
     def _note_dropped(self, block: Field, kind: str) -> None:
         self._notes.append(f"{block.path}: dropped a {kind} block")
 
-    def _assistant(self, content: Field) -> dict[str, Any]:
+    def _assistant(self, where: str, content: Field) -> Message:
         blocks = self._blocks(content)
         if blocks is None:
-            self._answers.calls_made([], content)
-            return {"role": "assistant", "content": content.value}
+            return Message(where, "assistant", (TextPart(content.value),), plain=True)
         texts: list[str] = []
         reasoning: list[str] = []
-        calls: list[dict[str, Any]] = []
+        calls: list[HistoryCall] = []
         for block in blocks:
             kind = block.type_tag()
             if kind == "text":
@@ -199,38 +201,37 @@ class _Conversation:
                 self._note_dropped(block, kind)
             else:
                 raise block.error(f"{kind!r} blocks are not supported in assistant messages")
-        self._answers.calls_made([call["id"] for call in calls], content)
         text = "".join(texts)
-        message: dict[str, Any] = {"role": "assistant", "content": text or None}
-        if reasoning:
-            message["reasoning_content"] = "".join(reasoning)
-        if calls:
-            message["tool_calls"] = calls
-        if not (text or reasoning or calls):
-            message["content"] = ""
-        return message
+        empty = not (text or reasoning or calls)
+        return Message(
+            where,
+            "assistant",
+            (TextPart(text),) if text or empty else (),
+            reasoning="".join(reasoning) if reasoning else None,
+            tool_calls=check_call_ids(calls, content.path),
+        )
 
-    def _user(self, content: Field) -> list[dict[str, Any]]:
+    def _user(self, where: str, content: Field) -> list[Message]:
         blocks = self._blocks(content)
         if blocks is None:
-            return [{"role": "user", "content": content.value}]
-        messages: list[dict[str, Any]] = []
-        parts: list[dict[str, Any]] = []
+            return [Message(where, "user", (TextPart(content.value),), plain=True)]
+        messages: list[Message] = []
+        parts: list[Part] = []
 
         def flush() -> None:
             if parts:
-                messages.append({"role": "user", "content": collapse_text(list(parts))})
+                messages.append(Message(where, "user", tuple(parts)))
                 parts.clear()
 
         for block in blocks:
             kind = block.type_tag()
             if kind == "text":
                 if block["text"].string():
-                    parts.append({"type": "text", "text": block["text"].value})
+                    parts.append(TextPart(block["text"].value))
             elif kind == "image":
                 parts.append(_image_part(block))
             elif kind == "tool_reference":
-                parts.append({"type": "text", "text": tool_reference_part(block)["name"]})
+                parts.append(TextPart(tool_reference(block.object(), block.path).name))
             elif kind == "tool_result":
                 flush()
                 messages += self._tool_result(block)
@@ -240,26 +241,23 @@ class _Conversation:
                     "use text, image, tool_result or tool_reference"
                 )
         flush()
-        return messages or [{"role": "user", "content": ""}]
+        return messages or [Message(where, "user")]
 
-    def _tool_result(self, block: Field) -> list[dict[str, Any]]:
+    def _tool_result(self, block: Field) -> list[Message]:
         """One tool message (references, then text) and, for images, a user message after it."""
         id_field = block["tool_use_id"] if block["tool_use_id"].present else block["id"]
-        call_id = self._answers.answer(
-            id_field.nonempty_string() if id_field.present else None, block
-        )
-        references: list[dict[str, Any]] = []
-        texts: list[dict[str, Any]] = []
-        images: list[dict[str, Any]] = []
+        references: list[Part] = []
+        texts: list[Part] = []
+        images: list[Part] = []
         content = block["content"]
         if content.present and not isinstance(content.value, str):
             for part in content.array():
                 kind = part.type_tag()
                 if kind == "text":
                     if part["text"].string():
-                        texts.append({"type": "text", "text": part["text"].value})
+                        texts.append(TextPart(part["text"].value))
                 elif kind == "tool_reference":
-                    references.append(tool_reference_part(part))
+                    references.append(tool_reference(part.object(), part.path))
                 elif kind == "image":
                     images.append(_image_part(part))
                 else:
@@ -267,21 +265,22 @@ class _Conversation:
                         f"{kind!r} items are not supported in a tool_result; "
                         "use text, image or tool_reference"
                     )
-        message: dict[str, Any] = {
-            "role": "tool",
-            "tool_call_id": call_id,
-            "content": content.value
-            if isinstance(content.value, str)
-            else (references + texts or ""),
-        }
-        if block["is_error"].present and block["is_error"].boolean():
-            message["is_error"] = True
-        return [message, {"role": "user", "content": images}] if images else [message]
+        plain = isinstance(content.value, str)
+        message = Message(
+            block.path,
+            "tool",
+            (TextPart(content.value),) if plain else tuple(references + texts),
+            tool_call_id=id_field.nonempty_string() if id_field.present else None,
+            is_error=block["is_error"].present and block["is_error"].boolean(),
+            plain=plain,
+            id_param=block.path,
+        )
+        return [message, Message(block.path, "user", tuple(images))] if images else [message]
 
 
-def _tools(field: Field, notes: list[str]) -> tuple[list[dict[str, Any]], set[str]]:
-    """Custom tools as canonical tools; server tools are dropped (their names returned)."""
-    tools: list[dict[str, Any]] = []
+def read_anthropic_tools(field: Field, notes: list[str]) -> tuple[list[Tool], set[str]]:
+    """Custom tools as typed tools; server tools are dropped (their names returned)."""
+    tools: list[Tool] = []
     server_tools: set[str] = set()
     if not field.present:
         return tools, server_tools
@@ -292,21 +291,21 @@ def _tools(field: Field, notes: list[str]) -> tuple[list[dict[str, Any]], set[st
             server_tools.add(name)
             notes.append(f"{item.path}: dropped server tool {name!r} ({kind}); dsmlkit runs none")
             continue
-        item["input_schema"].object()
+        function: dict[str, Any] = {"name": item["name"].value}
+        if item["description"].present:
+            function["description"] = item["description"].string()
+        function["parameters"] = dict(item["input_schema"].object())
+        if item["strict"].present:
+            function["strict"] = item["strict"].boolean()
         deferred = item["defer_loading"]
-        tool = function_tool(
-            item["name"],
-            item["description"],
-            item["input_schema"],
-            item["strict"],
-            defer_loading=deferred.boolean() if deferred.present else False,
+        tools.append(
+            tool(function, deferred.boolean() if deferred.present else False, item["name"].path)
         )
-        add_tool(tools, tool, item["name"])
     return tools, server_tools
 
 
 def _tool_choice(
-    field: Field, tools: list[dict[str, Any]], server_tools: set[str]
+    field: Field, tools: Sequence[Tool], server_tools: set[str]
 ) -> tuple[str | dict[str, Any], bool]:
     """``(tool_choice, parallel_tool_calls)`` in OpenAI terms."""
     if not field.present:
@@ -375,14 +374,14 @@ def _stop(finish_reason: FinishReason, stop_sequence: str | None) -> tuple[str, 
 
 def anthropic_response(
     msg: ParsedMessage,
-    req: ChatRequest,
+    model: str,
     *,
     id: str,
     usage: Usage | None = None,
     stop_sequence: str | None = None,
     sign_thinking: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
-    """A ``message`` for one parsed model output (never with empty ``content``).
+    """A ``message`` for one parsed output of ``model`` (never with empty ``content``).
 
     ``sign_thinking(text)`` makes the thinking block's signature (default: a constant).
     """
@@ -401,7 +400,7 @@ def anthropic_response(
         "id": id,
         "type": "message",
         "role": "assistant",
-        "model": req.model,
+        "model": model,
         "content": content or [{"type": "text", "text": ""}],
         "stop_reason": stop_reason,
         "stop_sequence": matched,

@@ -1,4 +1,4 @@
-"""What both APIs share: the converted request, usage, call ids and tool_choice checks.
+"""What every API shares: the typed request, usage, call ids and tool_choice checks.
 
 The per-API modules (:mod:`dsmlkit.api.openai`, :mod:`dsmlkit.api.anthropic`) read a
 request body into a :class:`ChatRequest` and build responses; the helpers here hold every
@@ -7,15 +7,14 @@ rule the two have in common, so each exists once.
 
 from __future__ import annotations
 
-import json
-import re
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dsmlkit.api.errors import ApiError
 from dsmlkit.api.fields import Field
+from dsmlkit.dialects import Dialect
+from dsmlkit.errors import InvalidRequest
 from dsmlkit.parse import (
     ArgumentsDelta,
     ContentDelta,
@@ -27,15 +26,13 @@ from dsmlkit.parse import (
     StartIn,
     ToolCall,
 )
-from dsmlkit.render import EFFORT_TABLES
+from dsmlkit.render import EFFORT_TABLES, RenderOptions
+from dsmlkit.render.conversation import Conversation, Tool
 
 Api = Literal["openai", "anthropic"]
 
 #: Effort names both APIs accept; the renderer maps them onto each dialect's effort table.
 EFFORT_NAMES = ("low", "medium", "high", "xhigh", "max")
-
-#: Characters a tool name may hold (it is written into ``name="…"`` in DSML).
-TOOL_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
 @dataclass(frozen=True)
@@ -48,42 +45,43 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class ParseOptions:
+    """How to read the model's output: the dialect, the request's tools, strictness."""
+
+    dialect: Dialect
+    tools: tuple[Tool, ...] = ()
+    strict: bool = False
+
+    def parser(self, start_in: StartIn, id_factory: Callable[[], str] | None = None) -> Parser:
+        """A fresh parser for one output that starts in ``start_in``."""
+        return Parser(
+            self.dialect,
+            start_in=start_in,
+            strict=self.strict,
+            tools=[tool.function for tool in self.tools] or None,
+            id_factory=id_factory,
+        )
+
+
+@dataclass(frozen=True)
 class ChatRequest:
-    """A validated API request: canonical conversation plus render, parse and sampling options."""
+    """One validated API request, whichever API it came in.
+
+    ``conversation`` and ``render`` are all :func:`~dsmlkit.render.render_conversation`
+    needs; ``parse`` makes the parser for the answer. ``sampling`` holds the engine's
+    sampling fields in OpenAI names (``max_tokens``, ``temperature``, ``stop`` …).
+    """
 
     api: Api
     model: str
-    dialect: str
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
+    conversation: Conversation
+    render: RenderOptions
+    parse: ParseOptions
     tool_choice: str | dict[str, Any]
     parallel_tool_calls: bool
-    thinking: bool
-    reasoning_effort: str | int | None
-    response_format: dict[str, Any] | None
-    add_generation_prompt: bool
-    continue_final_message: bool
     stream: bool
     include_usage: bool
-    sampling: dict[str, Any] = field(default_factory=dict)
-    notes: tuple[str, ...] = ()
-
-    @property
-    def render_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``render(messages, tools, **render_kwargs)``."""
-        return {
-            "dialect": self.dialect,
-            "mode": "thinking" if self.thinking else "chat",
-            "reasoning_effort": self.reasoning_effort,
-            "response_format": self.response_format,
-            "add_generation_prompt": self.add_generation_prompt,
-            "continue_final_message": self.continue_final_message,
-        }
-
-    @property
-    def parser_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``Parser(start_in=…, **parser_kwargs)``."""
-        return {"dialect": self.dialect, "tools": self.tools or None}
+    sampling: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def stop_sequences(self) -> tuple[str, ...]:
@@ -92,31 +90,27 @@ class ChatRequest:
 
     def new_parser(self, start_in: StartIn, id_factory: Callable[[], str] | None = None) -> Parser:
         """A parser for this request's output; call ids default to this API's prefix."""
-        return Parser(
-            start_in=start_in,
-            id_factory=id_factory or call_id_factory(self.api),
-            **self.parser_kwargs,
-        )
+        return self.parse.parser(start_in, id_factory or call_id_factory(self.api))
 
     def options(self) -> dict[str, Any]:
         """The request options in OpenAI chat-completion names (only those that apply)."""
         options: dict[str, Any] = {}
-        if self.tools:
+        if self.conversation.tools:
             options["tool_choice"] = self.tool_choice
         if not self.parallel_tool_calls:
             options["parallel_tool_calls"] = False
-        options["thinking"] = self.thinking
-        if self.reasoning_effort is not None:
-            options["reasoning_effort"] = self.reasoning_effort
-        if self.response_format is not None:
-            options["response_format"] = self.response_format
+        options["thinking"] = self.render.thinking
+        if self.render.reasoning_effort is not None:
+            options["reasoning_effort"] = self.render.reasoning_effort
+        if self.conversation.response_format is not None:
+            options["response_format"] = dict(self.conversation.response_format)
         options["stream"] = self.stream
         if self.stream and self.include_usage:
             options["stream_options"] = {"include_usage": True}
         options.update(self.sampling)
-        if self.continue_final_message:
+        if self.render.continue_final_message:
             options["continue_final_message"] = True
-        if not self.add_generation_prompt:
+        if not self.render.add_generation_prompt:
             options["add_generation_prompt"] = False
         return options
 
@@ -231,7 +225,7 @@ def coalesce(events: Sequence[Event]) -> list[Event]:
 def request_root(body: Any) -> Field:
     """The request body as a :class:`Field`; it must be a JSON object."""
     if not isinstance(body, dict):
-        raise ApiError.invalid_request("the request body must be a JSON object")
+        raise InvalidRequest("the request body must be a JSON object")
     return Field(body, "")
 
 
@@ -241,15 +235,15 @@ def read_numbers(root: Field, names: Sequence[str]) -> dict[str, float | int]:
 
 
 def effort_for_dialect(
-    effort: str | int | None, dialect: str, param: str, notes: list[str]
+    effort: str | int | None, dialect: Dialect, param: str, notes: list[str]
 ) -> str | int | None:
     """The requested effort, or ``None`` (with a note) on a dialect without effort levels.
 
     API clients send an effort on every request (Claude Code does); a V3.2 model has no
     effort levels, so the hint is set aside rather than failing the request.
     """
-    if effort is not None and not EFFORT_TABLES[dialect]:
-        notes.append(f"{param}: {dialect} has no reasoning effort; {effort!r} ignored")
+    if effort is not None and not EFFORT_TABLES[dialect.name]:
+        notes.append(f"{param}: {dialect.name} has no reasoning effort; {effort!r} ignored")
         return None
     return effort
 
@@ -261,116 +255,15 @@ def read_stop(stop: Field) -> list[str]:
     return [item.string() for item in stop.array()]
 
 
-def function_tool(
-    name: Field,
-    description: Field,
-    parameters: Field,
-    strict: Field,
-    defer_loading: bool,
-) -> dict[str, Any]:
-    """A canonical tool: ``{"type": "function", "function": {...}}`` plus ``defer_loading``."""
-    function: dict[str, Any] = {"name": tool_name(name)}
-    if description.present:
-        function["description"] = description.string()
-    if parameters.present:
-        function["parameters"] = dict(parameters.object())
-    if strict.present:
-        function["strict"] = strict.boolean()
-    tool: dict[str, Any] = {"type": "function", "function": function}
-    if defer_loading:
-        tool["defer_loading"] = True
-    return tool
-
-
-def tool_name(name: Field) -> str:
-    """A tool name fit for DSML's ``name="…"`` attribute."""
-    value = name.nonempty_string()
-    if not TOOL_NAME.fullmatch(value):
-        raise name.error(f"tool name {value!r} must be 1-128 characters from A-Z a-z 0-9 _ . : -")
-    return value
-
-
-def add_tool(tools: list[dict[str, Any]], tool: dict[str, Any], at: Field) -> None:
-    """Append ``tool`` unless a tool of that name is already there (calls would be ambiguous)."""
-    name = tool["function"]["name"]
-    if any(known["function"]["name"] == name for known in tools):
-        raise at.error(f"two tools are named {name!r}")
-    tools.append(tool)
-
-
-def named_choice(name: Field, tools: list[dict[str, Any]]) -> dict[str, Any]:
+def named_choice(name: Field, tools: Sequence[Tool]) -> dict[str, Any]:
     """``{"type": "function", "function": {"name": …}}`` for a name that is a request tool."""
     value = name.nonempty_string()
-    if value not in {tool["function"]["name"] for tool in tools}:
+    if value not in {tool.name for tool in tools}:
         raise name.error(f"names the tool {value!r}, which is not in tools")
     return {"type": "function", "function": {"name": value}}
 
 
-def check_choice_has_tools(choice: str | dict[str, Any], tools: list[Any], at: Field) -> None:
+def check_choice_has_tools(choice: str | dict[str, Any], tools: Sequence[Tool], at: Field) -> None:
     """A choice that demands a call needs tools to call."""
     if choice not in ("auto", "none") and not tools:
         raise at.error("requires a call but the request has no tools")
-
-
-def tool_reference_part(part: Field) -> dict[str, Any]:
-    """``{"type": "tool_reference", "name": …}`` from either spelling (``name``/``tool_name``)."""
-    name = part["tool_name"] if part["tool_name"].present else part["name"]
-    return {"type": "tool_reference", "name": name.nonempty_string()}
-
-
-def collapse_text(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
-    """One text part becomes its string; anything else stays a list of parts."""
-    if not parts:
-        return ""
-    if len(parts) == 1 and parts[0]["type"] == "text":
-        text: str = parts[0]["text"]
-        return text
-    return parts
-
-
-def arguments_text(arguments: Field) -> str:
-    """Tool-call arguments checked to be a JSON object, as JSON text."""
-    if isinstance(arguments.value, dict):
-        return json.dumps(arguments.value, ensure_ascii=False)
-    text = arguments.string()
-    try:
-        decoded = json.loads(text)
-        if isinstance(decoded, str):  # double-encoded by some clients
-            text, decoded = decoded, json.loads(decoded)
-    except ValueError as exc:
-        raise arguments.error(f"must be JSON text of an object: {exc}") from None
-    if not isinstance(decoded, dict):
-        raise arguments.error("must be JSON text of an object")
-    return text
-
-
-class ToolAnswers:
-    """Which calls of the latest assistant turn still wait for their result."""
-
-    def __init__(self) -> None:
-        self._waiting: list[str] = []
-        self._answered: set[str] = set()
-
-    def calls_made(self, ids: list[str], at: Field) -> None:
-        """An assistant turn made these calls; earlier ones can no longer be answered."""
-        if len(set(ids)) != len(ids):
-            raise at.error("two tool calls share an id")
-        self._waiting = list(ids)
-        self._answered = set()
-
-    def answer(self, call_id: str | None, at: Field) -> str:
-        """Record a result for ``call_id`` (``None``: the next unanswered call); return the id."""
-        if call_id is None:
-            if not self._waiting:
-                raise at.error(
-                    "a tool result without a call id needs an unanswered tool call in the "
-                    "assistant turn right before it; give the id of the call it answers"
-                )
-            call_id = self._waiting[0]
-        elif call_id not in self._waiting:
-            if call_id in self._answered:
-                raise at.error(f"call {call_id!r} already has a result")
-            raise at.error(f"answers no tool call of the preceding assistant turn (id {call_id!r})")
-        self._waiting.remove(call_id)
-        self._answered.add(call_id)
-        return call_id

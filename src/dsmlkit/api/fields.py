@@ -2,7 +2,7 @@
 
 A :class:`Field` is a value plus its path in the request (``messages[3].content[1]``).
 Every accessor either returns the value with the expected JSON type or raises
-:class:`~dsmlkit.api.errors.ApiError` (400) naming that path.
+:class:`~dsmlkit.errors.InvalidRequest` (400) naming that path.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dsmlkit.api.errors import ApiError
+from dsmlkit.errors import InvalidRequest
 
 
 class _Missing:
@@ -39,9 +39,9 @@ class Field:
         """Whether the field was given with a non-null value."""
         return self.value is not MISSING and self.value is not None
 
-    def error(self, message: str) -> ApiError:
+    def error(self, message: str) -> InvalidRequest:
         """A 400 error about this field."""
-        return ApiError.invalid_request(message, self.path or None)
+        return InvalidRequest(message, self.path or None)
 
     def _expect(self, kind: type | tuple[type, ...], what: str) -> Any:
         if self.value is MISSING:

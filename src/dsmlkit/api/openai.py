@@ -12,25 +12,19 @@ from typing import Any
 from dsmlkit.api.common import (
     EFFORT_NAMES,
     ChatRequest,
-    ToolAnswers,
+    ParseOptions,
     Usage,
-    add_tool,
-    arguments_text,
     check_choice_has_tools,
     coalesce,
-    collapse_text,
     effort_for_dialect,
-    function_tool,
     named_choice,
     read_numbers,
     read_stop,
     request_root,
     response_diagnostics,
-    tool_name,
-    tool_reference_part,
 )
 from dsmlkit.api.fields import Field
-from dsmlkit.dialects import Dialect, get_dialect
+from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.parse import (
     ArgumentsDelta,
     ContentDelta,
@@ -42,8 +36,16 @@ from dsmlkit.parse import (
     ToolCall,
     ToolCallStart,
 )
+from dsmlkit.render import RenderOptions, resolve_dialect
+from dsmlkit.render.conversation import (
+    Conversation,
+    Tool,
+    read_messages,
+    read_response_format,
+    read_tools,
+)
+from dsmlkit.render.conversation import conversation as finish_conversation
 
-ROLES = ("system", "developer", "user", "assistant", "tool")
 SAMPLING_NUMBERS = (
     "temperature",
     "top_p",
@@ -58,18 +60,26 @@ SAMPLING_NUMBERS = (
 # --- requests --------------------------------------------------------------------------
 
 
-def parse_openai_request(body: Any, *, dialect: str | Dialect = "v4.1") -> ChatRequest:
-    """Validate a Chat Completions body and convert it; raises :class:`ApiError` (400)."""
+def parse_openai_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT) -> ChatRequest:
+    """Validate a Chat Completions body and convert it; raises :class:`InvalidRequest` (400).
+
+    The messages, tools and response format are the canonical form, read by
+    :mod:`dsmlkit.render.conversation`; this reader adds the request's own options.
+    """
     root = request_root(body)
     model = root["model"].nonempty_string()
-    tools = _tools(root["tools"])
-    messages = _messages(root["messages"])
-    tool_choice = _tool_choice(root["tool_choice"], tools)
-    thinking, effort = _thinking(root)
-    dialect_name = get_dialect(dialect).name
+    resolved = resolve_dialect(dialect)
     notes: list[str] = []
-    effort = effort_for_dialect(effort, dialect_name, "reasoning_effort", notes)
-    add_generation_prompt, continue_final_message = _prefill(root, messages)
+    thinking, effort = _thinking(root)
+    effort = effort_for_dialect(effort, resolved, "reasoning_effort", notes)
+    conversation = finish_conversation(
+        read_messages(body.get("messages"), notes),
+        read_tools(body.get("tools"), "tools"),
+        read_response_format(body.get("response_format"), "response_format"),
+        notes,
+    )
+    tool_choice = _tool_choice(root["tool_choice"], conversation.tools)
+    add_generation_prompt, continue_final_message = _prefill(root, conversation)
     if root["n"].present and root["n"].integer() != 1:
         raise root["n"].error("only n=1 is supported")
     stream = root["stream"].boolean() if root["stream"].present else False
@@ -80,138 +90,26 @@ def parse_openai_request(body: Any, *, dialect: str | Dialect = "v4.1") -> ChatR
     return ChatRequest(
         api="openai",
         model=model,
-        dialect=dialect_name,
-        messages=messages,
-        tools=tools,
+        conversation=conversation,
+        render=RenderOptions(
+            dialect=resolved,
+            thinking=thinking,
+            reasoning_effort=effort,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
+        ),
+        parse=ParseOptions(resolved, conversation.tools),
         tool_choice=tool_choice,
         parallel_tool_calls=(
             root["parallel_tool_calls"].boolean() if root["parallel_tool_calls"].present else True
         ),
-        thinking=thinking,
-        reasoning_effort=effort,
-        response_format=_response_format(root["response_format"]),
-        add_generation_prompt=add_generation_prompt,
-        continue_final_message=continue_final_message,
         stream=stream,
         include_usage=include_usage,
         sampling=_sampling(root),
-        notes=tuple(notes),
     )
 
 
-def _messages(field: Field) -> list[dict[str, Any]]:
-    items = field.array()
-    if not items:
-        raise field.error("must hold at least one message")
-    answers = ToolAnswers()
-    messages: list[dict[str, Any]] = []
-    for item in items:
-        role = item["role"].choice(ROLES)
-        if role == "assistant":
-            message = _assistant(item)
-            calls = message.get("tool_calls", ())
-            answers.calls_made([call["id"] for call in calls], item["tool_calls"])
-        elif role == "tool":
-            message = _tool_result(item, answers)
-        else:
-            allowed = ("text", "image_url") if role == "user" else ("text",)
-            message = {"role": role, "content": collapse_text(_parts(item["content"], allowed))}
-        if role != "tool" and item["name"].present:
-            message["name"] = item["name"].string()
-        messages.append(message)
-    return messages
-
-
-def _parts(content: Field, allowed: Sequence[str]) -> list[dict[str, Any]]:
-    """Content (a string or a list of parts) as canonical parts of the ``allowed`` types."""
-    if isinstance(content.value, str):
-        return [{"type": "text", "text": content.value}] if content.value else []
-    if not isinstance(content.value, list):
-        raise content.error("must be a string or an array of content parts")
-    parts: list[dict[str, Any]] = []
-    for part in content.array():
-        kind = part.type_tag()
-        if kind not in allowed:
-            raise part.error(f"{kind!r} parts are not supported here; use {', '.join(allowed)}")
-        if kind in ("text", "refusal"):
-            parts.append({"type": "text", "text": part[kind].string()})
-        elif kind == "image_url":
-            url = part["image_url"]["url"].nonempty_string()
-            parts.append({"type": "image_url", "image_url": {"url": url}})
-        else:
-            parts.append(tool_reference_part(part))
-    return parts
-
-
-def _assistant(item: Field) -> dict[str, Any]:
-    content = item["content"]
-    text = None
-    if content.present:
-        text = "".join(part["text"] for part in _parts(content, ("text", "refusal")))
-    message: dict[str, Any] = {"role": "assistant", "content": text}
-    reasoning = (
-        item["reasoning_content"] if item["reasoning_content"].present else item["reasoning"]
-    )
-    if reasoning.present:
-        message["reasoning_content"] = reasoning.string()
-    if item["tool_calls"].present:
-        calls = [_history_call(call) for call in item["tool_calls"].array()]
-        if calls:
-            message["tool_calls"] = calls
-    return message
-
-
-def _history_call(call: Field) -> dict[str, Any]:
-    if call["type"].present:
-        call["type"].choice(("function",))
-    function = call["function"]
-    return {
-        "id": call["id"].nonempty_string(),
-        "type": "function",
-        "function": {
-            "name": tool_name(function["name"]),
-            "arguments": arguments_text(function["arguments"]),
-        },
-    }
-
-
-def _tool_result(item: Field, answers: ToolAnswers) -> dict[str, Any]:
-    call_id = item["tool_call_id"]
-    content = item["content"]
-    message: dict[str, Any] = {
-        "role": "tool",
-        "tool_call_id": answers.answer(
-            call_id.nonempty_string() if call_id.present else None, call_id
-        ),
-        "content": content.value
-        if isinstance(content.value, str)
-        else (_parts(content, ("text", "tool_reference")) or ""),
-    }
-    if item["is_error"].present and item["is_error"].boolean():
-        message["is_error"] = True
-    return message
-
-
-def _tools(field: Field) -> list[dict[str, Any]]:
-    tools: list[dict[str, Any]] = []
-    if not field.present:
-        return tools
-    for item in field.array():
-        item["type"].choice(("function",))
-        function = item["function"]
-        deferred = [f for f in (item["defer_loading"], function["defer_loading"]) if f.present]
-        tool = function_tool(
-            function["name"],
-            function["description"],
-            function["parameters"],
-            function["strict"],
-            defer_loading=any(flag.boolean() for flag in deferred),
-        )
-        add_tool(tools, tool, function["name"])
-    return tools
-
-
-def _tool_choice(field: Field, tools: list[dict[str, Any]]) -> str | dict[str, Any]:
+def _tool_choice(field: Field, tools: Sequence[Tool]) -> str | dict[str, Any]:
     if not field.present:
         return "auto" if tools else "none"
     choice: str | dict[str, Any]
@@ -246,23 +144,12 @@ def _thinking(root: Field) -> tuple[bool, str | int | None]:
     return thinking, effort
 
 
-def _response_format(field: Field) -> dict[str, Any] | None:
-    if not field.present:
-        return None
-    kind = field["type"].choice(("text", "json_object", "json_schema"))
-    if kind == "text":
-        return None
-    if kind == "json_schema":
-        field["json_schema"]["schema"].object()
-    return dict(field.object())
-
-
-def _prefill(root: Field, messages: list[dict[str, Any]]) -> tuple[bool, bool]:
+def _prefill(root: Field, conversation: Conversation) -> tuple[bool, bool]:
     """``(add_generation_prompt, continue_final_message)``."""
     cont = root["continue_final_message"]
     gen = root["add_generation_prompt"]
     continue_final = cont.boolean() if cont.present else False
-    if continue_final and messages[-1]["role"] != "assistant":
+    if continue_final and conversation.messages[-1].role != "assistant":
         raise cont.error("needs the last message to be an assistant message to continue")
     add_generation = gen.boolean() if gen.present else not continue_final
     if continue_final and add_generation:
@@ -307,9 +194,9 @@ def _tool_call(call: ToolCall) -> dict[str, Any]:
 
 
 def openai_response(
-    msg: ParsedMessage, req: ChatRequest, *, id: str, created: int, usage: Usage | None = None
+    msg: ParsedMessage, model: str, *, id: str, created: int, usage: Usage | None = None
 ) -> dict[str, Any]:
-    """A ``chat.completion`` for one parsed model output."""
+    """A ``chat.completion`` for one parsed model output of ``model``."""
     message: dict[str, Any] = {"role": "assistant", "content": msg.content or None}
     if msg.reasoning:
         message["reasoning_content"] = msg.reasoning
@@ -319,7 +206,7 @@ def openai_response(
         "id": id,
         "object": "chat.completion",
         "created": created,
-        "model": req.model,
+        "model": model,
         "choices": [
             {"index": 0, "message": message, "finish_reason": msg.finish_reason, "logprobs": None}
         ],

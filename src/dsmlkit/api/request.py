@@ -4,32 +4,46 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from dsmlkit.api.anthropic import parse_anthropic_request
-from dsmlkit.api.common import ChatRequest
+from dsmlkit.api.anthropic import parse_anthropic_request, read_anthropic_tools
+from dsmlkit.api.common import ChatRequest, ParseOptions
+from dsmlkit.api.fields import Field
 from dsmlkit.api.openai import parse_openai_request
-from dsmlkit.dialects import Dialect
+from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
+from dsmlkit.render import resolve_dialect
+from dsmlkit.render.conversation import read_tools, unique_tools
 
 READERS = {"openai": parse_openai_request, "anthropic": parse_anthropic_request}
 
 
 def parse_request(
-    api: Literal["openai", "anthropic"], body: Any, *, dialect: str | Dialect = "v4.1"
+    api: Literal["openai", "anthropic"], body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT
 ) -> ChatRequest:
-    """Read an OpenAI Chat Completions or Anthropic Messages body; raises ``ApiError``."""
+    """Read an OpenAI Chat Completions or Anthropic Messages body; raises ``InvalidRequest``."""
     return READERS[api](body, dialect=dialect)
 
 
-def request_to_render_input(
-    api: Literal["openai", "anthropic"], body: Any, *, dialect: str | Dialect = "v4.1"
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """``(messages, tools, render_kwargs)`` for ``render(messages, tools, **render_kwargs)``."""
-    req = parse_request(api, body, dialect=dialect)
-    return req.messages, req.tools, req.render_kwargs
+def parse_options(
+    api: Literal["openai", "anthropic"], tools: Any, *, dialect: str | Dialect = DEFAULT_DIALECT
+) -> ParseOptions:
+    """How to read a model's output for a request that had ``tools`` (in ``api``'s form).
+
+    The tools are read and checked exactly as that API's request reader reads them.
+    """
+    if api == "anthropic":
+        typed, _ = read_anthropic_tools(Field(tools, "tools"), [])
+    else:
+        typed = list(read_tools(tools, "tools"))
+    return ParseOptions(resolve_dialect(dialect), unique_tools(typed))
 
 
 def convert_output(req: ChatRequest) -> dict[str, Any]:
     """What ``dsmlkit convert`` prints: ``{"messages", "tools", "options"}``."""
-    return {"messages": req.messages, "tools": req.tools, "options": req.options()}
+    conversation = req.conversation
+    return {
+        "messages": conversation.chat_messages(),
+        "tools": conversation.chat_tools(),
+        "options": req.options(),
+    }
 
 
 def to_openai_chat_body(req: ChatRequest) -> dict[str, Any]:
@@ -38,10 +52,10 @@ def to_openai_chat_body(req: ChatRequest) -> dict[str, Any]:
     Thinking travels as ``chat_template_kwargs.thinking`` (what vLLM and SGLang read), not as
     a top-level field, which OpenAI-compatible endpoints reject or read as an object.
     """
-    body: dict[str, Any] = {"model": req.model, "messages": req.messages}
-    if req.tools:
-        body["tools"] = req.tools
-    body.update(req.options())
+    body: dict[str, Any] = {"model": req.model, **convert_output(req)}
+    if not body["tools"]:
+        del body["tools"]
+    body.update(body.pop("options"))
     del body["thinking"]
-    body["chat_template_kwargs"] = {"thinking": req.thinking}
+    body["chat_template_kwargs"] = {"thinking": req.render.thinking}
     return body

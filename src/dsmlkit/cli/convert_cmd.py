@@ -14,15 +14,10 @@ import json
 import sys
 from typing import Any
 
-from dsmlkit.api import (
-    ApiError,
-    anthropic_error_body,
-    convert_output,
-    openai_error_body,
-    parse_request,
-)
+from dsmlkit.api import anthropic_error_body, convert_output, openai_error_body, parse_request
 from dsmlkit.cli import read_input
 from dsmlkit.dialects import DEFAULT_DIALECT, DIALECTS
+from dsmlkit.errors import ApiError, InvalidRequest
 
 ERROR_BODIES = {"openai": openai_error_body, "anthropic": anthropic_error_body}
 
@@ -62,7 +57,7 @@ def _decode(raw: bytes) -> Any:
     try:
         return json.loads(raw.decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ApiError.invalid_request(f"the request body is not UTF-8 JSON: {exc}") from None
+        raise InvalidRequest(f"the request body is not UTF-8 JSON: {exc}") from None
 
 
 def _print_json(data: dict[str, Any]) -> None:

@@ -23,21 +23,26 @@ import argparse
 import json
 import sys
 import warnings
+from dataclasses import replace
 from typing import Any
 
-from dsmlkit.api import request_to_render_input
+from dsmlkit.api import parse_request
 from dsmlkit.cli import read_input
-from dsmlkit.dialects import DIALECTS
-from dsmlkit.errors import DsmlkitError, InvalidRequest
-from dsmlkit.render import RenderResult, render
+from dsmlkit.dialects import DIALECTS, Dialect
+from dsmlkit.errors import DsmlkitError, InvalidRequest, UsageError
+from dsmlkit.render import (
+    Conversation,
+    RenderOptions,
+    RenderResult,
+    build_conversation,
+    render_conversation,
+    resolve_dialect,
+    thinking_of,
+)
 
 PROG = "dsmlkit render"
 #: Keys of the object input form (the reference encoders' test-input layout).
 INPUT_KEYS = ("messages", "tools", "thinking_mode", "reasoning_effort", "context")
-
-
-class UsageError(Exception):
-    """A command-line problem: exit code 2."""
 
 
 def register(subparsers: Any) -> None:
@@ -96,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
             raw = read_input(args.file)
         except OSError as exc:
             raise UsageError(f"cannot read {args.file}: {exc.strerror}") from exc
-        messages, tools, options = _conversation(args, raw)
-        result = render(messages, tools, **options)
+        conversation, options = _conversation(args, raw)
+        result = render_conversation(conversation, options)
         output = _token_json(result, args.tokenizer) if args.tokens else result.prompt
     except UsageError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
@@ -110,23 +115,24 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _conversation(args: argparse.Namespace, raw: bytes) -> tuple[Any, Any, dict[str, Any]]:
-    """Messages, tools and render options from the input and the flags (flags win)."""
+def _conversation(args: argparse.Namespace, raw: bytes) -> tuple[Conversation, RenderOptions]:
+    """The conversation and render options from the input and the flags (flags win)."""
     try:
         body = json.loads(raw.decode("utf-8-sig"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InvalidRequest(f"the input is not UTF-8 JSON: {exc}") from exc
+    dialect = resolve_dialect(args.dialect)
     if args.api:
-        messages, tools, options = request_to_render_input(args.api, body, dialect=args.dialect)
+        req = parse_request(args.api, body, dialect=dialect)
+        conversation, options = req.conversation, req.render
     else:
-        messages, tools, options = _plain_input(body)
-    options.update(_flag_options(args))
-    return messages, tools, options
+        conversation, options = _plain_input(body, dialect)
+    return conversation, replace(options, **_flag_options(args))
 
 
-def _plain_input(body: Any) -> tuple[Any, Any, dict[str, Any]]:
+def _plain_input(body: Any, dialect: Dialect) -> tuple[Conversation, RenderOptions]:
     if isinstance(body, list):
-        return body, None, {}
+        return build_conversation(body), RenderOptions(dialect)
     if not isinstance(body, dict) or "messages" not in body:
         raise InvalidRequest(
             "the input must be a JSON list of messages or an object with 'messages'", "messages"
@@ -142,19 +148,20 @@ def _plain_input(body: Any) -> tuple[Any, Any, dict[str, Any]]:
             "put those messages at the start of 'messages'",
             "context",
         )
-    options: dict[str, Any] = {}
-    if body.get("thinking_mode") is not None:
-        options["mode"] = body["thinking_mode"]
-    if body.get("reasoning_effort") is not None:
-        options["reasoning_effort"] = body["reasoning_effort"]
-    return body["messages"], body.get("tools"), options
+    mode = body.get("thinking_mode")
+    options = RenderOptions(
+        dialect,
+        thinking=True if mode is None else thinking_of(mode),
+        reasoning_effort=body.get("reasoning_effort"),
+    )
+    return build_conversation(body["messages"], body.get("tools")), options
 
 
 def _flag_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The render options the command line sets explicitly."""
-    options: dict[str, Any] = {"dialect": args.dialect}
+    """The render options the command line sets explicitly (``RenderOptions`` fields)."""
+    options: dict[str, Any] = {}
     if args.mode is not None:
-        options["mode"] = args.mode
+        options["thinking"] = thinking_of(args.mode)
     if args.reasoning_effort is not None:
         effort = args.reasoning_effort.strip()
         options["reasoning_effort"] = int(effort) if effort.isdigit() else effort

@@ -8,14 +8,30 @@
 'content'
 """
 
+from dsmlkit.render.conversation import Conversation, build_conversation
 from dsmlkit.render.effort import EFFORT_TABLES, EffortTable
-from dsmlkit.render.renderer import MODES, TOOL_REFERENCE_MODES, RenderResult, render
+from dsmlkit.render.renderer import (
+    MODES,
+    TOOL_REFERENCE_MODES,
+    RenderOptions,
+    RenderResult,
+    render,
+    render_conversation,
+    resolve_dialect,
+    thinking_of,
+)
 
 __all__ = [
     "EFFORT_TABLES",
     "MODES",
     "TOOL_REFERENCE_MODES",
+    "Conversation",
     "EffortTable",
+    "RenderOptions",
     "RenderResult",
+    "build_conversation",
     "render",
+    "render_conversation",
+    "resolve_dialect",
+    "thinking_of",
 ]

@@ -1,20 +1,29 @@
-"""The canonical conversation: OpenAI-style chat messages, checked and normalised.
+"""The typed conversation every API reader produces and the renderer and parser consume.
 
-Input is what ``shared/spec/api.md`` §0.4 calls the canonical form: OpenAI chat messages
-(roles ``system``, ``developer``, ``user``, ``assistant``, ``tool``, plus the reference
-encoders' ``latest_reminder``) with ``reasoning_content`` (alias ``reasoning``), tool
-``is_error``, ``tool_reference`` parts and ``defer_loading`` tools, and the reference
-encoders' message-level ``tools`` / ``response_format`` / ``task`` / ``mask`` / ``wo_eos``.
+A :class:`Conversation` holds checked :class:`Message` values, the request's tools and
+response format and the notes taken while reading. Every rule about a conversation lives
+here once, whichever API it came from:
 
-:func:`build_conversation` checks every field and raises
-:class:`~dsmlkit.errors.InvalidRequest` naming the message and field at the first
-mistake; what it returns is typed and needs no further checks.
+* :func:`read_messages` reads the canonical form (``shared/spec/api.md`` §0.4: OpenAI chat
+  messages with ``reasoning_content`` (alias ``reasoning``), tool ``is_error``,
+  ``tool_reference`` parts, ``defer_loading`` tools, ``latest_reminder`` and the reference
+  encoders' message-level ``tools`` / ``response_format`` / ``task`` / ``mask`` /
+  ``wo_eos``); OpenAI Chat Completions bodies are that form.
+* Readers of other shapes (Anthropic Messages) build :class:`Message` values with the
+  same helpers (:func:`tool`, :func:`history_arguments`, :func:`tool_reference`, …),
+  naming fields by their own request's paths.
+* :func:`conversation` finishes either: consecutive assistant messages become one turn,
+  tool results are matched to the calls they answer, tool names must be unique.
+
+Every mistake raises :class:`~dsmlkit.errors.InvalidRequest` naming the field; what comes
+out is typed and needs no further checks.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias
 
@@ -24,12 +33,15 @@ from dsmlkit.render.templates import TASK_TOKENS
 Role = Literal["system", "developer", "user", "assistant", "tool", "latest_reminder"]
 ROLES: tuple[Role, ...] = ("system", "developer", "user", "assistant", "tool", "latest_reminder")
 
+#: Characters a tool name may hold (it is written into ``name="…"`` in DSML).
+TOOL_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+
 #: Content part types each role accepts.
 _PART_TYPES: dict[str, tuple[str, ...]] = {
     "system": ("text",),
     "developer": ("text",),
     "latest_reminder": ("text",),
-    "assistant": ("text",),
+    "assistant": ("text", "refusal"),
     "user": ("text", "image_url", "image"),
     "tool": ("text", "image_url", "image", "tool_reference"),
 }
@@ -46,15 +58,26 @@ def to_json(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Tool:
-    """A tool definition; ``function`` is the object the tools section shows as JSON."""
+    """A tool definition; ``function`` is the object the tools section shows as JSON.
+
+    ``param`` is where the request names the tool (for errors about it).
+    """
 
     name: str
     function: Mapping[str, Any]
     deferred: bool
+    param: str = "tools"
 
     def schema_line(self) -> str:
         """The tool's line in the tools section: ``json.dumps`` of the function object."""
         return to_json(dict(self.function))
+
+    def to_chat(self) -> dict[str, Any]:
+        """The tool in OpenAI chat form (``defer_loading`` beside ``function``)."""
+        chat: dict[str, Any] = {"type": "function", "function": dict(self.function)}
+        if self.deferred:
+            chat["defer_loading"] = True
+        return chat
 
 
 @dataclass(frozen=True)
@@ -75,6 +98,8 @@ class TextPart:
 class ImagePart:
     """An image; the prompt holds a placeholder token, the pixels travel separately."""
 
+    url: str | None = None
+
 
 @dataclass(frozen=True)
 class ToolReferencePart:
@@ -88,13 +113,17 @@ Part: TypeAlias = TextPart | ImagePart | ToolReferencePart
 
 @dataclass(slots=True)
 class Message:
-    """One checked message. ``index`` is its position in the caller's list (-1: added).
+    """One checked message; ``param`` is how errors and notes name it (``messages[3]``).
 
     Treat it as read-only. It is not a frozen dataclass only because those initialise
     several times slower, and a long agent history holds thousands of messages.
+    ``plain`` records that the content was one string (kept so in the chat form).
+    ``prefix`` marks a final assistant message the model is to continue (chat prefix
+    completion). ``id_param`` is where the request names a tool result's call (default
+    ``param.tool_call_id``).
     """
 
-    index: int
+    param: str
     role: Role
     parts: tuple[Part, ...] = ()
     reasoning: str | None = None
@@ -105,55 +134,236 @@ class Message:
     response_format: Mapping[str, Any] | None = None
     task: str | None = None
     wo_eos: bool = False
-
-    @property
-    def param(self) -> str:
-        """How errors and notes name this message."""
-        return f"messages[{self.index}]" if self.index >= 0 else "tools"
+    name: str | None = None
+    plain: bool = False
+    prefix: bool = False
+    id_param: str | None = None
 
     def text(self) -> str:
         """The text parts joined with blank lines (for roles that hold text only)."""
         return "\n\n".join(part.text for part in self.parts if isinstance(part, TextPart))
 
+    def to_chat(self) -> dict[str, Any]:
+        """The message in canonical OpenAI chat form."""
+        chat: dict[str, Any] = {"role": self.role}
+        if self.name is not None:
+            chat["name"] = self.name
+        if self.role == "assistant":
+            chat["content"] = self.text() if self.parts else None
+            if self.reasoning is not None:
+                chat["reasoning_content"] = self.reasoning
+            if self.tool_calls:
+                chat["tool_calls"] = [_call_to_chat(call) for call in self.tool_calls]
+            if self.prefix:
+                chat["prefix"] = True
+        elif self.role == "tool":
+            chat["tool_call_id"] = self.tool_call_id
+            chat["content"] = self.text() if self.plain else _parts_to_chat(self.parts) or ""
+            if self.is_error:
+                chat["is_error"] = True
+        else:
+            chat["content"] = _collapse(self.parts)
+        if self.tools:
+            chat["tools"] = [tool.to_chat() for tool in self.tools]
+        if self.response_format is not None:
+            chat["response_format"] = dict(self.response_format)
+        if self.task is not None:
+            chat["task"] = self.task
+        if self.wo_eos:
+            chat["wo_eos"] = True
+        return chat
+
+
+def _call_to_chat(call: HistoryCall) -> dict[str, Any]:
+    function = {"name": call.name, "arguments": to_json(dict(call.arguments))}
+    return {"id": call.id, "type": "function", "function": function}
+
+
+def _part_to_chat(part: Part) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    if isinstance(part, ImagePart):
+        return {"type": "image_url", "image_url": {"url": part.url}}
+    return {"type": "tool_reference", "name": part.name}
+
+
+def _parts_to_chat(parts: Sequence[Part]) -> list[dict[str, Any]]:
+    return [_part_to_chat(part) for part in parts]
+
+
+def _collapse(parts: Sequence[Part]) -> str | list[dict[str, Any]]:
+    """One text part becomes its string, none the empty string; else a list of parts."""
+    if not parts:
+        return ""
+    if len(parts) == 1 and isinstance(parts[0], TextPart):
+        return parts[0].text
+    return _parts_to_chat(parts)
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A checked conversation: messages, the request's tools and response format, notes.
+
+    ``tools`` and ``response_format`` are the request-level ones; message-level ones stay
+    on their (system or developer) message. ``notes`` are things worth telling the caller
+    that were read in a way they might not expect.
+    """
+
+    messages: tuple[Message, ...]
+    tools: tuple[Tool, ...] = ()
+    response_format: Mapping[str, Any] | None = None
+    notes: tuple[str, ...] = ()
+
+    def all_tools(self) -> tuple[Tool, ...]:
+        """Every tool the conversation defines: the request's, then message-level ones."""
+        return self.tools + tuple(tool for message in self.messages for tool in message.tools)
+
+    def chat_messages(self) -> list[dict[str, Any]]:
+        """The messages in canonical OpenAI chat form (what ``dsmlkit convert`` prints)."""
+        return [message.to_chat() for message in self.messages]
+
+    def chat_tools(self) -> list[dict[str, Any]]:
+        """The request's tools in OpenAI chat form."""
+        return [tool.to_chat() for tool in self.tools]
+
+    @property
+    def prefix(self) -> Message | None:
+        """The final assistant message the model continues, if the request marks one."""
+        last = self.messages[-1]
+        return last if last.prefix else None
+
 
 def build_conversation(
-    messages: Any, tools: Any, response_format: Any, notes: list[str]
-) -> list[Message]:
-    """Check and normalise a conversation and attach request-level options.
+    messages: Any, tools: Any = None, response_format: Any = None
+) -> Conversation:
+    """Read a conversation in canonical form (an OpenAI chat body's ``messages``, ``tools``
+    and ``response_format``) and check it."""
+    notes: list[str] = []
+    return conversation(
+        read_messages(messages, notes),
+        read_tools(tools, "tools"),
+        read_response_format(response_format, "response_format"),
+        notes,
+    )
 
-    Request ``tools`` and ``response_format`` go on the leading system message; when the
-    conversation does not start with one, an empty system message is added for them.
-    Things that are rendered but worth telling the caller are appended to ``notes``.
+
+def conversation(
+    messages: Sequence[Message],
+    tools: Sequence[Tool],
+    response_format: Mapping[str, Any] | None,
+    notes: Sequence[str],
+) -> Conversation:
+    """Finish a conversation: merge consecutive assistant messages, match tool results.
+
+    An assistant message right after another is the same turn (clients such as Codex's
+    chat mode send the text after the calls as a second message). A tool message answers
+    a call of the latest assistant turn: the one its ``tool_call_id`` names, else the next
+    unanswered one (its id is filled in).
     """
-    if not isinstance(messages, list) or not messages:
+    if not messages:
         raise InvalidRequest("expected a non-empty list of messages", "messages")
-    result = [_message(raw, index, notes) for index, raw in enumerate(messages)]
-    request_tools = _tools(tools, "tools")
-    request_format = _response_format(response_format, "response_format")
-    if request_tools or request_format:
-        result = _attach_to_system(result, request_tools, request_format)
-    return result
-
-
-def _attach_to_system(
-    messages: list[Message], tools: tuple[Tool, ...], response_format: Mapping[str, Any] | None
-) -> list[Message]:
+    unique_tools(tuple(tools) + tuple(t for m in messages for t in m.tools))
     first = messages[0]
-    if first.role != "system":
-        return [Message(-1, "system", tools=tools, response_format=response_format), *messages]
-    if response_format is not None and first.response_format is not None:
+    if response_format is not None and first.role == "system" and first.response_format:
         raise InvalidRequest(
             "response_format is given both on the request and on messages[0]; give it once",
             "response_format",
         )
-    merged = replace(
-        first, tools=first.tools + tools, response_format=first.response_format or response_format
-    )
-    return [merged, *messages[1:]]
+    turns = _merge_assistants(messages)
+    return Conversation(_answer_calls(turns), tuple(tools), response_format, tuple(notes))
 
 
-def _message(raw: Any, index: int, notes: list[str]) -> Message:
-    where = f"messages[{index}]"
+def unique_tools(tools: Sequence[Tool]) -> tuple[Tool, ...]:
+    """``tools``, checked to have distinct names (calls to them would be ambiguous)."""
+    seen: set[str] = set()
+    for tool in tools:
+        if tool.name in seen:
+            raise InvalidRequest(f"two tools are named {tool.name!r}", tool.param)
+        seen.add(tool.name)
+    return tuple(tools)
+
+
+def _merge_assistants(messages: Sequence[Message]) -> list[Message]:
+    merged: list[Message] = []
+    for message in messages:
+        previous = merged[-1] if merged else None
+        if message.role != "assistant" or previous is None or previous.role != "assistant":
+            merged.append(message)
+            continue
+        reasoning = [text for text in (previous.reasoning, message.reasoning) if text]
+        merged[-1] = replace(
+            previous,
+            parts=previous.parts + message.parts,
+            reasoning="".join(reasoning) if reasoning else previous.reasoning or message.reasoning,
+            tool_calls=previous.tool_calls + message.tool_calls,
+            wo_eos=message.wo_eos,
+            prefix=message.prefix,
+        )
+    return merged
+
+
+def _answer_calls(messages: Sequence[Message]) -> tuple[Message, ...]:
+    """Match every tool message to a call of the latest assistant turn (see above)."""
+    waiting: list[HistoryCall] = []
+    answered: set[str] = set()
+    calls: tuple[HistoryCall, ...] = ()
+    result: list[Message] = []
+    for message in messages:
+        if message.role == "assistant":
+            calls, waiting, answered = message.tool_calls, list(message.tool_calls), set()
+        elif message.role == "tool":
+            message = _answer(message, calls, waiting, answered)
+        result.append(message)
+    return tuple(result)
+
+
+def _answer(
+    message: Message, calls: Sequence[HistoryCall], waiting: list[HistoryCall], answered: set[str]
+) -> Message:
+    call_id = message.tool_call_id
+    id_where = message.id_param or f"{message.param}.tool_call_id"
+    if call_id is not None and call_id in answered:
+        raise InvalidRequest(f"call {call_id!r} already has a result", id_where)
+    if not waiting:
+        if call_id is not None:
+            raise InvalidRequest(
+                f"tool_call_id {call_id!r} answers no tool call of the preceding assistant message",
+                id_where,
+            )
+        problem = "more tool results than" if calls else "a tool result without"
+        raise InvalidRequest(
+            f"{problem} tool calls in the preceding assistant message", message.param
+        )
+    call = waiting[0]
+    if call_id is not None and any(known.id for known in calls):
+        matching = [known for known in waiting if known.id == call_id]
+        if not matching:
+            ids = ", ".join(known.id for known in calls if known.id)
+            raise InvalidRequest(
+                f"tool_call_id {call_id!r} matches no call of the preceding assistant "
+                f"message (its calls: {ids})",
+                id_where,
+            )
+        call = matching[0]
+    waiting.remove(call)
+    if call.id is not None:
+        answered.add(call.id)
+    if call_id is None and call.id is not None:
+        return replace(message, tool_call_id=call.id)
+    return message
+
+
+# --- the canonical form --------------------------------------------------------------
+
+
+def read_messages(messages: Any, notes: list[str]) -> list[Message]:
+    """Messages in canonical form, checked; notes are appended to ``notes``."""
+    if not isinstance(messages, list) or not messages:
+        raise InvalidRequest("expected a non-empty list of messages", "messages")
+    return [_message(raw, f"messages[{index}]", notes) for index, raw in enumerate(messages)]
+
+
+def _message(raw: Any, where: str, notes: list[str]) -> Message:
     if not isinstance(raw, Mapping):
         raise InvalidRequest("expected a message object", where)
     role = raw.get("role")
@@ -161,7 +371,8 @@ def _message(raw: Any, index: int, notes: list[str]) -> Message:
         raise InvalidRequest(
             f"unknown role {role!r}; use one of: {', '.join(ROLES)}", f"{where}.role"
         )
-    parts = _content(raw.get("content"), role, where)
+    content = raw.get("content")
+    parts = _content(content, role, where)
     for field in ("tools", "response_format"):
         if raw.get(field) is not None and role not in ("system", "developer"):
             raise InvalidRequest(
@@ -177,18 +388,26 @@ def _message(raw: Any, index: int, notes: list[str]) -> Message:
             f"{where}.task",
         )
     tool_calls = raw.get("tool_calls") if role == "assistant" else None
+    prefix = _flag(raw.get("prefix"), f"{where}.prefix")
+    if prefix and role != "assistant":
+        raise InvalidRequest("prefix belongs on an assistant message", f"{where}.prefix")
     return Message(
-        index,
+        where,
         role,
         parts,
         reasoning=_reasoning(raw, where) if role == "assistant" else None,
         tool_calls=_history_calls(tool_calls, where, notes),
-        tool_call_id=_optional_str(raw.get("tool_call_id"), f"{where}.tool_call_id"),
+        tool_call_id=_optional_str(raw.get("tool_call_id"), f"{where}.tool_call_id") or None,
         is_error=_flag(raw.get("is_error"), f"{where}.is_error"),
-        tools=_tools(raw.get("tools"), f"{where}.tools"),
-        response_format=_response_format(raw.get("response_format"), f"{where}.response_format"),
+        tools=read_tools(raw.get("tools"), f"{where}.tools"),
+        response_format=read_response_format(
+            raw.get("response_format"), f"{where}.response_format"
+        ),
         task=task,
         wo_eos=_flag(raw.get("wo_eos"), f"{where}.wo_eos"),
+        name=_optional_str(raw.get("name"), f"{where}.name") if role != "tool" else None,
+        plain=isinstance(content, str),
+        prefix=prefix,
     )
 
 
@@ -215,14 +434,21 @@ def _part(raw: Any, role: str, where: str) -> Part:
             f"supported: {', '.join(allowed)}",
             where,
         )
-    if kind == "text":
-        text = raw.get("text")
+    if kind in ("text", "refusal"):
+        text = raw.get(kind)
         if not isinstance(text, str):
-            raise InvalidRequest("a text part needs a string 'text'", f"{where}.text")
+            raise InvalidRequest(f"a {kind} part needs a string {kind!r}", f"{where}.{kind}")
         return TextPart(text)
     if kind in _IMAGE_TYPES:
-        return ImagePart()
-    name = raw.get("name", raw.get("tool_name"))
+        image = raw.get("image_url")
+        url = image.get("url") if isinstance(image, Mapping) else None
+        return ImagePart(url if isinstance(url, str) else None)
+    return tool_reference(raw, where)
+
+
+def tool_reference(raw: Mapping[str, Any], where: str) -> ToolReferencePart:
+    """A ``tool_reference`` part from either spelling (``name`` or ``tool_name``)."""
+    name = raw.get("tool_name", raw.get("name"))
     if not isinstance(name, str) or not name:
         raise InvalidRequest("a tool_reference part needs the tool's 'name'", f"{where}.name")
     return ToolReferencePart(name)
@@ -250,17 +476,24 @@ def _history_calls(raw: Any, where: str, notes: list[str]) -> tuple[HistoryCall,
                 f"unsupported tool call type {call.get('type')!r}", f"{call_where}.type"
             )
         function = call["function"]
-        name = function.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidRequest("a tool call needs a function name", f"{call_where}.function.name")
+        name = tool_name(function.get("name"), f"{call_where}.function.name")
         arguments_where = f"{call_where}.function.arguments"
-        arguments = _arguments(function.get("arguments"), arguments_where, notes)
-        call_id = _optional_str(call.get("id"), f"{call_where}.id")
+        arguments = history_arguments(function.get("arguments"), arguments_where, notes)
+        call_id = _optional_str(call.get("id"), f"{call_where}.id") or None
         calls.append(HistoryCall(call_id, name, arguments))
-    return tuple(calls)
+    return check_call_ids(calls, f"{where}.tool_calls")
 
 
-def _arguments(raw: Any, where: str, notes: list[str]) -> Mapping[str, Any]:
+def check_call_ids(calls: Iterable[HistoryCall], where: str) -> tuple[HistoryCall, ...]:
+    """The calls of one assistant turn; two with one id could not be told apart."""
+    result = tuple(calls)
+    ids = [call.id for call in result if call.id is not None]
+    if len(set(ids)) != len(ids):
+        raise InvalidRequest("two tool calls share an id", where)
+    return result
+
+
+def history_arguments(raw: Any, where: str, notes: list[str]) -> Mapping[str, Any]:
     """Arguments as an object: from an object, JSON text or double-encoded JSON text.
 
     Anything else becomes one ``arguments`` parameter holding the raw value, as the V4.1
@@ -285,40 +518,69 @@ def _arguments(raw: Any, where: str, notes: list[str]) -> Mapping[str, Any]:
     return {"arguments": raw}
 
 
-def _tools(raw: Any, where: str) -> tuple[Tool, ...]:
+def tool_name(name: Any, where: str) -> str:
+    """A tool name fit for DSML's ``name="…"`` attribute."""
+    if not isinstance(name, str) or not name:
+        raise InvalidRequest("a tool needs a function name (a non-empty string)", where)
+    if not TOOL_NAME.fullmatch(name):
+        raise InvalidRequest(
+            f"tool name {name!r} must be 1-128 characters from A-Z a-z 0-9 _ . : -", where
+        )
+    return name
+
+
+def tool(function: Mapping[str, Any], deferred: bool, name_param: str) -> Tool:
+    """A tool from its function object (``name``, ``description``, ``parameters``, …)."""
+    return Tool(tool_name(function.get("name"), name_param), function, deferred, name_param)
+
+
+def read_tools(raw: Any, where: str) -> tuple[Tool, ...]:
+    """OpenAI-style tools; ``defer_loading`` may sit beside ``function`` or inside it."""
     if raw is None:
         return ()
     if not isinstance(raw, list):
         raise InvalidRequest("tools must be a list", where)
     tools = []
-    for i, tool in enumerate(raw):
+    for i, item in enumerate(raw):
         tool_where = f"{where}[{i}]"
-        if (
-            not isinstance(tool, Mapping)
-            or tool.get("type", "function") != "function"
-            or not isinstance(tool.get("function"), Mapping)
-        ):
-            raise InvalidRequest(
-                'expected an OpenAI tool {"type": "function", "function": {...}}', tool_where
-            )
-        function = dict(tool["function"])
-        name = function.get("name")
-        if not isinstance(name, str) or not name:
-            raise InvalidRequest("a tool needs a function name", f"{tool_where}.function.name")
-        deferred = _flag(tool.get("defer_loading"), f"{tool_where}.defer_loading")
+        expected = 'expected an OpenAI tool {"type": "function", "function": {...}}'
+        if not isinstance(item, Mapping):
+            raise InvalidRequest(expected, tool_where)
+        if item.get("type", "function") != "function":
+            raise InvalidRequest(expected, f"{tool_where}.type")
+        if not isinstance(item.get("function"), Mapping):
+            raise InvalidRequest(expected, tool_where)
+        function = dict(item["function"])
+        deferred = _flag(item.get("defer_loading"), f"{tool_where}.defer_loading")
         deferred |= _flag(
             function.pop("defer_loading", None), f"{tool_where}.function.defer_loading"
         )
-        tools.append(Tool(name, function, deferred))
+        tools.append(tool(function, deferred, f"{tool_where}.function.name"))
     return tuple(tools)
 
 
-def _response_format(raw: Any, where: str) -> Mapping[str, Any] | None:
+def read_response_format(raw: Any, where: str) -> Mapping[str, Any] | None:
+    """``response_format``: ``text`` (None), ``json_object`` or ``json_schema`` (with a schema)."""
     if raw is None:
         return None
     if not isinstance(raw, Mapping):
         raise InvalidRequest("response_format must be an object", where)
-    return None if raw.get("type") == "text" else raw
+    kind = raw.get("type")
+    if kind == "text":
+        return None
+    if kind not in ("json_object", "json_schema"):
+        raise InvalidRequest(
+            f"unknown response_format type {kind!r}; use text, json_object or json_schema",
+            f"{where}.type",
+        )
+    if kind == "json_schema":
+        schema = raw.get("json_schema")
+        if not isinstance(schema, Mapping) or not isinstance(schema.get("schema"), Mapping):
+            raise InvalidRequest(
+                'a json_schema response format needs "json_schema": {"schema": {...}}',
+                f"{where}.json_schema",
+            )
+    return raw
 
 
 def _optional_str(raw: Any, where: str) -> str | None:

@@ -20,13 +20,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from dsmlkit.dialects import BOS, EOS, MARKER, THINK_CLOSE, THINK_OPEN, V3_2, V4_1, Dialect
+from dsmlkit.dialects import (
+    BOS,
+    DEFAULT_DIALECT,
+    EOS,
+    MARKER,
+    THINK_CLOSE,
+    THINK_OPEN,
+    V3_2,
+    V4_1,
+    Dialect,
+)
 from dsmlkit.dialects import get_dialect as _lookup_dialect
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.parse import StartIn, parse
 from dsmlkit.render.builder import Piece, PromptBuilder
 from dsmlkit.render.conversation import (
-    HistoryCall,
+    Conversation,
     ImagePart,
     Message,
     Part,
@@ -106,6 +116,72 @@ _TurnT = TypeVar("_TurnT", _UserTurn | Message, Message)
 _ItemT = TypeVar("_ItemT")
 
 
+@dataclass(frozen=True)
+class RenderOptions:
+    """How to render a conversation; checked when made (bad values raise InvalidRequest).
+
+    ``thinking`` picks thinking or chat mode. ``reasoning_effort`` is a level name the
+    dialect's effort table knows or, where the table has budgets, an integer; ``effort_table``
+    picks the checkpoint's table (None: the dialect's first). ``drop_thinking=None`` keeps
+    the reference default (drop reasoning before the last user turn; V4/V4.1 never drop
+    when tools are present). ``tool_reference="schema"`` hides ``defer_loading`` tools from
+    the tools section and shows a referenced tool's definition in its tool result.
+    ``template_variant`` picks a tools-section text (V3.2: ``official`` or ``compact``).
+    ``continue_final_message`` ends the prompt inside the final assistant message.
+    """
+
+    dialect: Dialect = DEFAULT_DIALECT
+    thinking: bool = True
+    reasoning_effort: str | int | None = None
+    effort_table: str | None = None
+    drop_thinking: bool | None = None
+    add_bos: bool = True
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    tool_reference: str = "name"
+    template_variant: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.tool_reference not in TOOL_REFERENCE_MODES:
+            raise InvalidRequest(
+                f"unknown tool_reference mode {self.tool_reference!r}; use name or schema",
+                "tool_reference",
+            )
+        self.effort_prefix()
+        self.tools_section()
+
+    @property
+    def mode(self) -> str:
+        """``thinking`` or ``chat``."""
+        return "thinking" if self.thinking else "chat"
+
+    def effort_prefix(self) -> str:
+        """What thinking mode puts before the first message for this effort ("" in chat)."""
+        table = _effort_table(self.dialect.name, self.effort_table)
+        if table is None:
+            if self.reasoning_effort is not None:
+                raise InvalidRequest(
+                    f"{self.dialect.name} has no reasoning effort", "reasoning_effort"
+                )
+            return ""
+        prefix = table.prefix(self.reasoning_effort)
+        return prefix if self.thinking else ""
+
+    def tools_section(self) -> str:
+        """The tools-section text of the chosen template variant."""
+        sections = TEMPLATES[self.dialect.name].tools_sections
+        variant = self.template_variant
+        if variant is None:
+            return next(iter(sections.values()))
+        if variant not in sections:
+            raise InvalidRequest(
+                f"unknown template variant {variant!r} for {self.dialect.name}; "
+                f"use one of: {', '.join(sections)}",
+                "template_variant",
+            )
+        return sections[variant]
+
+
 def render(
     messages: list[dict[str, Any]],
     tools: list[dict[str, Any]] | None = None,
@@ -124,57 +200,65 @@ def render(
 ) -> RenderResult:
     """Render OpenAI-style ``messages`` (and request ``tools``) into a DeepSeek prompt.
 
-    ``mode`` is ``"thinking"`` or ``"chat"``. ``reasoning_effort`` is a level name
-    (low, medium, high, xhigh, max) or, for V4.1, an integer budget 1-100; ``effort_table``
-    picks the checkpoint's table (V4: ``preview`` | ``0731``; V4.1: ``release`` |
-    ``preview``). ``drop_thinking=None`` keeps the reference default (drop reasoning
-    before the last user turn; V4/V4.1 never drop when tools are present).
-    ``tool_reference="schema"`` hides ``defer_loading`` tools from the tools section and
-    shows a referenced tool's definition in its tool result. ``template_variant`` selects
-    the V3.2 tools text: ``official`` (default) or ``compact`` (the vLLM/SGLang copies).
-    Raises :class:`~dsmlkit.errors.InvalidRequest` for any caller mistake.
+    A convenience over :func:`build_conversation`, :class:`RenderOptions` and
+    :func:`render_conversation`; ``mode`` is ``"thinking"`` or ``"chat"``, the other
+    options are :class:`RenderOptions`'. Raises :class:`~dsmlkit.errors.InvalidRequest`
+    for any caller mistake.
     """
-    resolved = _resolve_dialect(dialect)
-    if mode not in MODES:
-        raise InvalidRequest(f"unknown mode {mode!r}; use thinking or chat", "mode")
-    if tool_reference not in TOOL_REFERENCE_MODES:
-        raise InvalidRequest(
-            f"unknown tool_reference mode {tool_reference!r}; use name or schema", "tool_reference"
-        )
-    notes: list[str] = []
-    conversation = build_conversation(messages, tools, response_format, notes)
-    if continue_final_message and conversation[-1].role != "assistant":
+    options = RenderOptions(
+        dialect=resolve_dialect(dialect),
+        thinking=thinking_of(mode),
+        reasoning_effort=reasoning_effort,
+        effort_table=effort_table,
+        drop_thinking=drop_thinking,
+        add_bos=add_bos,
+        add_generation_prompt=add_generation_prompt,
+        continue_final_message=continue_final_message,
+        tool_reference=tool_reference,
+        template_variant=template_variant,
+    )
+    return render_conversation(build_conversation(messages, tools, response_format), options)
+
+
+def render_conversation(conversation: Conversation, options: RenderOptions) -> RenderResult:
+    """Render a checked conversation with ``options`` into the exact DeepSeek prompt."""
+    resolved = options.dialect
+    messages = list(conversation.messages)
+    if options.continue_final_message and messages[-1].role != "assistant":
         raise InvalidRequest(
             "continue_final_message needs a final assistant message to continue", "messages"
         )
-    _check_dialect_support(conversation, resolved)
-    _check_tool_results(conversation)
+    _check_dialect_support(messages, resolved)
+    if conversation.tools or conversation.response_format is not None:
+        messages = _attach_to_system(messages, conversation.tools, conversation.response_format)
+    notes = list(conversation.notes)
 
-    has_tools = any(message.tools for message in conversation)
-    drop = True if drop_thinking is None else drop_thinking
+    has_tools = any(message.tools for message in messages)
+    drop = True if options.drop_thinking is None else options.drop_thinking
     if drop and has_tools and resolved is not V3_2:
         drop = False
-        if drop_thinking:
+        if options.drop_thinking:
             notes.append(
                 "drop_thinking is off: V4 and V4.1 keep all reasoning when tools are present"
             )
-    options = _Options(
+    continuing = options.continue_final_message
+    settings = _Options(
         dialect=resolved,
-        thinking=mode == "thinking",
-        effort_prefix=_effort_prefix(resolved, effort_table, reasoning_effort, mode),
+        thinking=options.thinking,
+        effort_prefix=options.effort_prefix(),
         drop_thinking=drop,
-        add_generation_prompt=add_generation_prompt and not continue_final_message,
-        continue_final_message=continue_final_message,
-        tools_section=_tools_section(resolved, template_variant),
-        schema_references=tool_reference == "schema",
+        add_generation_prompt=options.add_generation_prompt and not continuing,
+        continue_final_message=continuing,
+        tools_section=options.tools_section(),
+        schema_references=options.tool_reference == "schema",
     )
-    writer = _Writer(options, conversation, notes)
-    if add_bos:
+    writer = _Writer(settings, messages, notes)
+    if options.add_bos:
         writer.out.template(BOS)
     if resolved is V3_2:
-        writer.render_v32(conversation)
+        writer.render_v32(messages)
     else:
-        writer.render_v4(conversation)
+        writer.render_v4(messages)
     pieces = writer.out.pieces()
     prompt = "".join([text for text, _ in pieces])
     writer.check_read_backs(prompt)
@@ -188,36 +272,32 @@ def render(
     )
 
 
-def _resolve_dialect(dialect: str | Dialect) -> Dialect:
+def _attach_to_system(
+    messages: list[Message], tools: tuple[Tool, ...], response_format: Mapping[str, Any] | None
+) -> list[Message]:
+    """Request tools and response format go on the leading system message (one is added)."""
+    first = messages[0]
+    if first.role != "system":
+        return [Message("tools", "system", tools=tools, response_format=response_format), *messages]
+    merged = replace(
+        first, tools=first.tools + tools, response_format=first.response_format or response_format
+    )
+    return [merged, *messages[1:]]
+
+
+def thinking_of(mode: str) -> bool:
+    """Whether ``mode`` (``thinking`` or ``chat``) is thinking mode."""
+    if mode not in MODES:
+        raise InvalidRequest(f"unknown mode {mode!r}; use thinking or chat", "mode")
+    return mode == "thinking"
+
+
+def resolve_dialect(dialect: str | Dialect) -> Dialect:
+    """A dialect value from a name (a :class:`Dialect` is returned as is)."""
     try:
-        return _lookup_dialect(dialect.name if isinstance(dialect, Dialect) else dialect)
+        return _lookup_dialect(dialect)
     except ValueError as error:
         raise InvalidRequest(str(error), "dialect") from None
-
-
-def _effort_prefix(
-    dialect: Dialect, table_name: str | None, effort: str | int | None, mode: str
-) -> str:
-    table = _effort_table(dialect.name, table_name)
-    if table is None:
-        if effort is not None:
-            raise InvalidRequest(f"{dialect.name} has no reasoning effort", "reasoning_effort")
-        return ""
-    prefix = table.prefix(effort)
-    return prefix if mode == "thinking" else ""
-
-
-def _tools_section(dialect: Dialect, variant: str | None) -> str:
-    sections = TEMPLATES[dialect.name].tools_sections
-    if variant is None:
-        return next(iter(sections.values()))
-    if variant not in sections:
-        raise InvalidRequest(
-            f"unknown template variant {variant!r} for {dialect.name}; "
-            f"use one of: {', '.join(sections)}",
-            "template_variant",
-        )
-    return sections[variant]
 
 
 def _check_dialect_support(conversation: Sequence[Message], dialect: Dialect) -> None:
@@ -236,31 +316,6 @@ def _check_dialect_support(conversation: Sequence[Message], dialect: Dialect) ->
                     "v3.2 has no image placeholder; images need the v4 or v4.1 dialect",
                     f"{message.param}.content[{i}]",
                 )
-
-
-def _check_tool_results(conversation: Sequence[Message]) -> None:
-    """Every tool message answers a call of the latest assistant turn, never one too many."""
-    calls: tuple[HistoryCall, ...] = ()
-    answered = 0
-    for message in conversation:
-        if message.role == "assistant":
-            calls, answered = message.tool_calls, 0
-            continue
-        if message.role != "tool":
-            continue
-        answered += 1
-        if answered > len(calls):
-            problem = "more tool results than" if calls else "a tool result without"
-            raise InvalidRequest(
-                f"{problem} tool calls in the preceding assistant message", message.param
-            )
-        call_ids = [call.id for call in calls if call.id]
-        if message.tool_call_id and call_ids and message.tool_call_id not in call_ids:
-            raise InvalidRequest(
-                f"tool_call_id {message.tool_call_id!r} matches no call of the preceding "
-                f"assistant message (its calls: {', '.join(call_ids)})",
-                f"{message.param}.tool_call_id",
-            )
 
 
 class _Writer:

@@ -15,7 +15,6 @@ from fastapi.responses import JSONResponse
 from dsmlkit.api import (
     SSE_DONE,
     AnthropicStream,
-    ApiError,
     ChatRequest,
     OpenAIStream,
     Usage,
@@ -27,6 +26,7 @@ from dsmlkit.api import (
     sse_openai,
 )
 from dsmlkit.api.common import Api
+from dsmlkit.errors import ApiError
 from dsmlkit.parse import Diagnostic, Event, ParsedMessage
 
 
@@ -60,7 +60,8 @@ def new_response_id(api: Api) -> str:
 
 def build_response(
     msg: ParsedMessage,
-    req: ChatRequest,
+    api: Api,
+    model: str,
     *,
     response_id: str,
     created: int,
@@ -68,18 +69,18 @@ def build_response(
     stop_sequence: str | None,
     sign_thinking: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
-    """The non-streaming response body for ``req``'s API (``sign_thinking``: Anthropic's
+    """The non-streaming response body in ``api``'s shape (``sign_thinking``: Anthropic's
     thinking-block signatures)."""
-    if req.api == "anthropic":
+    if api == "anthropic":
         return anthropic_response(
             msg,
-            req,
+            model,
             id=response_id,
             usage=usage,
             stop_sequence=stop_sequence,
             sign_thinking=sign_thinking,
         )
-    return openai_response(msg, req, id=response_id, created=created, usage=usage)
+    return openai_response(msg, model, id=response_id, created=created, usage=usage)
 
 
 class StreamFrames(Protocol):

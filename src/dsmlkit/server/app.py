@@ -17,14 +17,12 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dsmlkit import __version__
-from dsmlkit.api import ApiError
-from dsmlkit.errors import InvalidRequest
+from dsmlkit.errors import ApiError, UpstreamError
 from dsmlkit.server import gateway, local_routes
 from dsmlkit.server.apis import api_for_path, error_response
 from dsmlkit.server.config import ServerConfig
 from dsmlkit.server.reqlog import RequestRecord, new_request_id
 from dsmlkit.server.state import ServerState, client_keys, load_prompt_tokenizer, record_of
-from dsmlkit.server.upstream import UpstreamError
 
 LOGGER = logging.getLogger("dsmlkit.server")
 
@@ -64,7 +62,6 @@ def create_app(
     for router in routers:
         app.include_router(router)
     app.add_exception_handler(ApiError, _api_error)
-    app.add_exception_handler(InvalidRequest, _invalid_request)
     app.add_exception_handler(UpstreamError, _upstream_error)
     app.add_exception_handler(HTTPException, _http_exception)
     routes = frozenset(getattr(r, "path", "") for router in routers for r in router.routes)
@@ -81,11 +78,6 @@ def _respond(request: Request, err: ApiError) -> JSONResponse:
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
     return _respond(request, exc)
-
-
-async def _invalid_request(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, InvalidRequest)
-    return _respond(request, ApiError.from_invalid_request(exc))
 
 
 async def _upstream_error(request: Request, exc: Exception) -> JSONResponse:

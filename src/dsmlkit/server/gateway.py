@@ -27,7 +27,6 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.background import BackgroundTask
 
 from dsmlkit.api import (
-    ApiError,
     ChatRequest,
     Usage,
     call_id_factory,
@@ -36,6 +35,7 @@ from dsmlkit.api import (
     to_openai_chat_body,
 )
 from dsmlkit.api.common import Api
+from dsmlkit.errors import ApiError, UpstreamError
 from dsmlkit.parse import Diagnostic, Event, MessageCollector, OutputEnd
 from dsmlkit.server.apis import (
     StreamFrames,
@@ -50,7 +50,7 @@ from dsmlkit.server.prepare import prepare
 from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory
 from dsmlkit.server.reqlog import RequestRecord
 from dsmlkit.server.state import ServerState, client_keys, record_of, state_of
-from dsmlkit.server.upstream import UpstreamError, UpstreamStream
+from dsmlkit.server.upstream import UpstreamStream
 
 LOGGER = logging.getLogger("dsmlkit.server")
 T = TypeVar("T")
@@ -156,7 +156,8 @@ async def _gateway(request: Request, api: Api) -> Response:
         record.diagnostics = _kinds(response_diagnostics(msg, req))
         return build_response(
             msg,
-            req,
+            req.api,
+            req.model,
             response_id=response_id,
             created=created,
             usage=outcome.usage,

@@ -9,9 +9,10 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from dsmlkit.api import ApiError, ChatRequest, parse_request
+from dsmlkit.api import call_id_factory, parse_options
 from dsmlkit.api.common import Api
-from dsmlkit.dialects import BOS, get_dialect
+from dsmlkit.dialects import BOS
+from dsmlkit.errors import InvalidRequest
 from dsmlkit.parse import MessageCollector
 from dsmlkit.server.apis import build_response, new_response_id
 from dsmlkit.server.prepare import prepare
@@ -29,12 +30,12 @@ async def read_json(request: Request) -> Any:
     try:
         return json.loads(raw)
     except ValueError as exc:
-        raise ApiError.invalid_request(f"the request body is not valid JSON: {exc}") from None
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
 
 
 def _object(body: Any) -> dict[str, Any]:
     if not isinstance(body, dict):
-        raise ApiError.invalid_request("the request body must be a JSON object")
+        raise InvalidRequest("the request body must be a JSON object")
     return body
 
 
@@ -80,7 +81,7 @@ async def _render(request: Request, api: Api) -> dict[str, Any]:
     req, result = prepared.req, prepared.result
     record = record_of(request)
     record.model = req.model
-    notes = [*req.notes, *result.notes]
+    notes = list(result.notes)
     if prepared.token_ids is None:
         notes.append(f"token_ids is null: no tokenizer is loaded ({state.tokenizer_description})")
     else:
@@ -115,7 +116,7 @@ async def tokenize(request: Request) -> JSONResponse:
         if body.get("add_special_tokens", True) and bos is not None and ids[:1] != [bos]:
             ids.insert(0, bos)
     else:
-        raise ApiError.invalid_request("give either a string prompt or chat messages", "prompt")
+        raise InvalidRequest("give either a string prompt or chat messages", "prompt")
     response: dict[str, Any] = {"count": len(ids), "max_model_len": None, "tokens": ids}
     if body.get("return_token_strs"):
         response["token_strs"] = [tokenizer.decode([token]) for token in ids]
@@ -129,11 +130,11 @@ async def detokenize(request: Request) -> dict[str, str]:
     if not isinstance(tokens, list) or not all(
         isinstance(token, int) and not isinstance(token, bool) and token >= 0 for token in tokens
     ):
-        raise ApiError.invalid_request("must be a list of token ids (integers)", "tokens")
+        raise InvalidRequest("must be a list of token ids (integers)", "tokens")
     try:
         return {"prompt": tokenizer.decode(tokens)}
     except Exception as exc:  # the Rust side reports ids out of range as a plain Exception
-        raise ApiError.invalid_request(f"cannot decode these ids: {exc}", "tokens") from None
+        raise InvalidRequest(f"cannot decode these ids: {exc}", "tokens") from None
 
 
 @router.post("/v1/messages/count_tokens")
@@ -163,19 +164,20 @@ async def parse_output(request: Request) -> JSONResponse:
     body = _object(await read_json(request))
     text = body.get("text")
     if not isinstance(text, str):
-        raise ApiError.invalid_request("must be the model's raw output text (a string)", "text")
+        raise InvalidRequest("must be the model's raw output text (a string)", "text")
     api = _choice(body, "api", ("openai", "anthropic"), "openai")
     start_in = _choice(body, "start_in", ("content", "reasoning"), "content")
     finish = _choice(body, "finish_reason", ("stop", "length"), "stop")
-    try:
-        dialect = get_dialect(body.get("dialect") or state.config.dialect).name
-    except (ValueError, AttributeError) as exc:
-        raise ApiError.invalid_request(str(exc), "dialect") from None
+    dialect = body.get("dialect") or state.config.dialect
+    if not isinstance(dialect, str):
+        raise InvalidRequest("must be a dialect name", "dialect")
     model = body.get("model") or state.config.served_model
-    req = _parse_only_request(api, model, body.get("tools"), dialect)
+    if not isinstance(model, str):
+        raise InvalidRequest("must be a string", "model")
+    options = parse_options(api, body.get("tools"), dialect=dialect)
     record = record_of(request)
-    record.model = req.model
-    parser = req.new_parser(start_in)
+    record.model = model
+    parser = options.parser(start_in, call_id_factory(api))
     collector = MessageCollector()
     started = time.perf_counter()
     collector.add(parser.feed(text) + parser.close(finish))
@@ -187,7 +189,8 @@ async def parse_output(request: Request) -> JSONResponse:
     record.finish_reason = msg.finish_reason
     response = build_response(
         msg,
-        req,
+        api,
+        model,
         response_id=new_response_id(api),
         created=int(time.time()),
         usage=None,
@@ -204,18 +207,5 @@ def _choice(body: dict[str, Any], name: str, allowed: tuple[str, ...], default: 
     if value is None:
         return default
     if value not in allowed:
-        raise ApiError.invalid_request(f"must be one of {', '.join(allowed)}", name)
+        raise InvalidRequest(f"must be one of {', '.join(allowed)}", name)
     return value
-
-
-def _parse_only_request(api: Api, model: Any, tools: Any, dialect: str) -> ChatRequest:
-    """A request holding only ``tools``, read by the API's own reader (so tools are checked
-    and normalized exactly as for a completion)."""
-    body: dict[str, Any] = {
-        "model": model,
-        "max_tokens": 1,
-        "messages": [{"role": "user", "content": "(parse)"}],
-    }
-    if tools is not None:
-        body["tools"] = tools
-    return parse_request(api, body, dialect=dialect)

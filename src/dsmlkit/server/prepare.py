@@ -11,7 +11,7 @@ from typing import Any
 
 from dsmlkit.api import ChatRequest, parse_request
 from dsmlkit.api.common import Api
-from dsmlkit.render import RenderResult, render
+from dsmlkit.render import RenderResult, render_conversation
 from dsmlkit.server.state import ServerState
 
 #: Keeps DSML intact in vLLM-style engines: the ｜DSML｜ marker and <think> tokens are special
@@ -41,6 +41,6 @@ class Prepared:
 def prepare(state: ServerState, api: Api, body: Any) -> Prepared:
     """Read, render and tokenize one request body; caller mistakes raise at once."""
     req = parse_request(api, body, dialect=state.config.dialect)
-    result = render(req.messages, req.tools, **req.render_kwargs)
+    result = render_conversation(req.conversation, req.render)
     token_ids = state.tokenizer.encode_prompt(result) if state.tokenizer is not None else None
     return Prepared(req, result, token_ids)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import httpx
 from starlette.requests import Request
 
-from dsmlkit.api import ApiError
+from dsmlkit.errors import ApiError
 from dsmlkit.render.tokens import PromptTokenizer, TokenizerNotInstalled, load_tokenizer
 from dsmlkit.server.config import NO_TOKENIZER, ServerConfig
 from dsmlkit.server.metrics import Metrics

@@ -10,27 +10,15 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import httpx
 
-UpstreamFailure = Literal["connect", "timeout", "status", "broken", "malformed"]
+from dsmlkit.errors import UpstreamError
 
 #: How much of an upstream error body is read to quote its message.
 _ERROR_BODY_LIMIT = 64 * 1024
-
-
-class UpstreamError(Exception):
-    """The upstream failed: could not connect, timed out, answered 4xx/5xx, broke off or
-    sent something that is not an OpenAI SSE stream. ``status`` is the upstream's HTTP
-    status for ``kind == "status"``."""
-
-    def __init__(self, kind: UpstreamFailure, message: str, status: int | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.status = status
 
 
 def error_message(body: bytes) -> str:

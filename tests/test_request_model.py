@@ -1,0 +1,91 @@
+"""The typed request: one value per API body, one rule per check, one error hierarchy."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dsmlkit.api import parse_options, parse_request
+from dsmlkit.errors import (
+    ApiError,
+    CallerError,
+    DsmlkitError,
+    InvalidRequest,
+    UpstreamError,
+    UsageError,
+)
+from dsmlkit.render import render, render_conversation
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}
+TOOLS = [{"type": "function", "function": {"name": "shell", "parameters": {"type": "object"}}}]
+
+
+def codex_chat_turn() -> list[dict[str, Any]]:
+    """What Codex's chat mode replays: the calls, then the text in a second message."""
+    return [
+        {"role": "user", "content": "list files"},
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "assistant", "content": "Listing."},
+        {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"},
+    ]
+
+
+def test_consecutive_assistant_messages_are_one_turn() -> None:
+    split = render(codex_chat_turn(), TOOLS, dialect="v4.1")
+    joined = render(
+        [
+            {"role": "user", "content": "list files"},
+            {"role": "assistant", "content": "Listing.", "tool_calls": [CALL]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"},
+        ],
+        TOOLS,
+        dialect="v4.1",
+    )
+    assert split.prompt == joined.prompt
+    assert split.prompt.count("<｜end▁of▁sentence｜>") == 1
+
+
+def test_an_api_request_with_a_split_assistant_turn_is_accepted() -> None:
+    body = {"model": "m", "messages": codex_chat_turn(), "tools": TOOLS}
+    req = parse_request("openai", body)
+    assert [m.role for m in req.conversation.messages] == ["user", "assistant", "tool"]
+    prompt = render_conversation(req.conversation, req.render).prompt
+    assert "Listing." in prompt
+
+
+def test_the_typed_request_gives_the_renderer_and_the_parser_everything() -> None:
+    body = {
+        "model": "m",
+        "max_tokens": 9,
+        "system": "Be brief.",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"name": "shell", "input_schema": {"type": "object"}}],
+        "thinking": {"type": "enabled", "budget_tokens": 100},
+    }
+    req = parse_request("anthropic", body, dialect="v4")
+    assert req.render.dialect is req.parse.dialect
+    assert req.render.dialect.name == "v4"
+    assert [tool.name for tool in req.parse.tools] == ["shell"]
+    result = render_conversation(req.conversation, req.render)
+    parser = req.new_parser(result.output_starts_in)
+    events = parser.feed("ok</think>done") + parser.close()
+    assert any(getattr(event, "text", "") == "done" for event in events)
+
+
+def test_parse_options_read_tools_as_the_request_reader_does() -> None:
+    tools = [{"name": "a", "input_schema": {}}, {"name": "a", "input_schema": {}}]
+    with pytest.raises(InvalidRequest) as caught:
+        parse_options("anthropic", tools)
+    assert caught.value.param == "tools[1].name"
+    assert [t.name for t in parse_options("openai", TOOLS, dialect="v3.2").tools] == ["shell"]
+
+
+def test_one_error_hierarchy() -> None:
+    err = InvalidRequest("bad", "messages[0]")
+    assert isinstance(err, ApiError) and isinstance(err, CallerError)
+    assert (err.status, err.type, str(err)) == (400, "invalid_request_error", "messages[0]: bad")
+    assert isinstance(ApiError.for_status(401, "no key"), InvalidRequest)
+    assert not isinstance(ApiError.for_status(502, "down"), CallerError)
+    for cls in (UpstreamError, UsageError, ApiError):
+        assert issubclass(cls, DsmlkitError)
