@@ -140,7 +140,11 @@ def test_a_tool_call_id_must_match_a_call() -> None:
         ({"dialect": "v5"}, "dialect", "unknown dialect"),
         ({"mode": "fast"}, "mode", "thinking or chat"),
         ({"tool_reference": "inline"}, "tool_reference", "name or schema"),
-        ({"reasoning_effort": "minimal"}, "reasoning_effort", "low, medium, high, xhigh, max"),
+        (
+            {"reasoning_effort": "huge"},
+            "reasoning_effort",
+            "minimal, low, medium, high, xhigh, max",
+        ),
         ({"reasoning_effort": "none"}, "reasoning_effort", "mode='chat'"),
         ({"reasoning_effort": 0}, "reasoning_effort", "1 to 100"),
         ({"reasoning_effort": 101}, "reasoning_effort", "1 to 100"),

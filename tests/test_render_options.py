@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from dsmlkit.dialects import BOS, EOS
-from dsmlkit.render import EFFORT_TABLES, render
+from dsmlkit.dialects import BOS, DIALECTS, EOS
+from dsmlkit.render import render
 
 SYSTEM_AND_USER = [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]
 TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
@@ -86,13 +86,13 @@ def test_chat_mode_has_no_effort_text(dialect: str) -> None:
 
 
 def test_effort_tables_are_listed_per_dialect_with_a_default_level() -> None:
-    assert list(EFFORT_TABLES["v4"]) == ["preview", "0731"]
-    assert list(EFFORT_TABLES["v4.1"]) == ["release", "preview"]
-    assert not EFFORT_TABLES["v3.2"]
-    for tables in EFFORT_TABLES.values():
-        for table in tables.values():
+    names = {d.name: [table.name for table in d.effort_tables] for d in DIALECTS.values()}
+    assert names == {"v3.2": [], "v4": ["preview", "0731"], "v4.1": ["release", "preview"]}
+    for dialect in DIALECTS.values():
+        for table in dialect.effort_tables:
             assert table.default in table.prefixes
-            assert "medium" in table.prefixes
+            assert set(table.prefixes) == {"minimal", "low", "medium", "high", "xhigh", "max"}
+            assert table.prefixes["minimal"] == table.prefixes["low"]
 
 
 # -- thinking, headers and where the output starts --------------------------------------

@@ -1,8 +1,8 @@
-"""DeepSeek DSML dialects as data.
+"""DeepSeek DSML dialects as data: one :class:`Dialect` value holds everything that differs.
 
-The three dialects differ only in how the block, invoke and parameter tags are spelled
-(and, for rendering, in a few template constants that live in :mod:`dsmlkit.render`).
-A :class:`Dialect` is a frozen record; nothing subclasses it.
+A dialect is its tag spellings, the prompt layout and the few template features the
+renderer needs, its tools-section texts and its reasoning-effort tables. The renderer and
+the parser read only these fields, so a new dialect is one new value (no code change).
 
 ==========  ===================  ============  ==============  =========================
 dialect     block                invoke        parameter       example opener
@@ -12,12 +12,18 @@ dialect     block                invoke        parameter       example opener
 ``v4.1``    `` calls``           `` invoke``   `` parameter``  ``<｜DSML｜ calls>``
 ==========  ===================  ============  ==============  =========================
 
-In V4.1 the leading space is part of every tag name, open and close.
+In V4.1 the leading space is part of every tag name, open and close. Every string below
+is what DeepSeek's reference encoders put in a prompt, byte for byte (see
+``shared/spec/templates.md`` for the sources).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Literal
+
+from dsmlkit.errors import InvalidRequest
 
 #: The DSML marker as the tokenizer writes it (U+FF5C on both sides).
 MARKER = "｜DSML｜"
@@ -29,15 +35,95 @@ EOS = "<｜end▁of▁sentence｜>"
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 
+#: Integer reasoning budgets a table with budgets accepts.
+BUDGET_RANGE = range(1, 101)
+
+
+@dataclass(frozen=True)
+class EffortTable:
+    """One checkpoint's reasoning-effort levels.
+
+    ``levels`` pairs each level name with the text rendered at the start of the first
+    message in thinking mode. ``budgets`` (V4.1) pairs level names with their integer
+    budget; a table with budgets also accepts any integer from 1 to 100, written with
+    ``budget_line``. Tuples, not dicts, so a :class:`Dialect` stays hashable.
+    """
+
+    name: str
+    description: str
+    levels: tuple[tuple[str, str], ...]
+    default: str
+    budgets: tuple[tuple[str, int], ...] | None = None
+    budget_line: str = ""
+
+    @property
+    def prefixes(self) -> dict[str, str]:
+        """Level name → the text it puts before the first message."""
+        return dict(self.levels)
+
+    @property
+    def numeric(self) -> bool:
+        """Whether integer efforts (1-100) are accepted."""
+        return self.budgets is not None
+
+    def prefix(self, effort: str | int | None) -> str:
+        """The text for ``effort`` (None = the default level); raises for unknown values."""
+        prefixes = self.prefixes
+        if effort is None:
+            return prefixes[self.default]
+        if isinstance(effort, str) and effort.isdecimal():
+            effort = int(effort)
+        if isinstance(effort, int) and not isinstance(effort, bool):
+            if not self.numeric:
+                raise InvalidRequest(
+                    f"integer reasoning effort {effort} needs a dialect with numeric effort "
+                    f"(v4.1); use one of: {', '.join(prefixes)}",
+                    "reasoning_effort",
+                )
+            if effort not in BUDGET_RANGE:
+                raise InvalidRequest(
+                    f"reasoning effort {effort} is out of range; use an integer from 1 to 100 "
+                    f"or one of: {', '.join(prefixes)}",
+                    "reasoning_effort",
+                )
+            return self.budget_line.format(budget=effort)
+        if isinstance(effort, str) and effort in prefixes:
+            return prefixes[effort]
+        hint = " (for no reasoning use mode='chat')" if effort == "none" else ""
+        integers = " or an integer from 1 to 100" if self.numeric else ""
+        raise InvalidRequest(
+            f"unknown reasoning effort {effort!r} for the {self.name!r} table; "
+            f"use one of: {', '.join(prefixes)}{integers}{hint}",
+            "reasoning_effort",
+        )
+
 
 @dataclass(frozen=True)
 class Dialect:
-    """Spellings of one DeepSeek DSML dialect."""
+    """Everything about one DeepSeek DSML dialect that the renderer and parser need.
+
+    * ``block``, ``invoke``, ``parameter``: the tag names (leading spaces included).
+    * ``layout``: the prompt layout. ``"v3.2"``: each user turn has its own assistant
+      header and tool results follow the assistant turn as ``<function_results>``; no
+      latest_reminder, tasks or image placeholder. ``"v4"``: tool results are
+      ``<tool_result>`` blocks of a user turn, and tools anywhere keep all reasoning.
+    * ``system_token``: system text is introduced by ``<｜System｜>`` (first system
+      message and effort prefix; later system messages count as user turns) — V4.1.
+    * ``tools_sections``: template variant → tools-section template; the first is the
+      default. Placeholders: ``{dsml}``, ``{block}``, ``{invoke}``, ``{parameter}``,
+      ``{think_open}``, ``{think_close}`` and ``{{tool_schemas}}``.
+    * ``effort_tables``: the checkpoints' reasoning-effort tables; the first is the
+      default; none means the dialect has no effort levels.
+    """
 
     name: str
     block: str
     invoke: str
     parameter: str
+    layout: Literal["v3.2", "v4"] = "v4"
+    system_token: bool = False
+    tools_sections: tuple[tuple[str, str], ...] = ()
+    effort_tables: tuple[EffortTable, ...] = ()
 
     def block_open(self, marker: str = MARKER) -> str:
         return f"<{marker}{self.block}>"
@@ -58,20 +144,230 @@ class Dialect:
     def parameter_close(self, marker: str = MARKER) -> str:
         return f"</{marker}{self.parameter}>"
 
+    def tools_section(self, variant: str | None = None) -> str:
+        """The tools-section text of ``variant`` (None: the first), tags filled in; its one
+        placeholder left is ``{tool_schemas}``."""
+        sections = dict(self.tools_sections)
+        if variant is None:
+            template = self.tools_sections[0][1]
+        elif variant in sections:
+            template = sections[variant]
+        else:
+            raise InvalidRequest(
+                f"unknown template variant {variant!r} for {self.name}; "
+                f"use one of: {', '.join(sections)}",
+                "template_variant",
+            )
+        return _fill_tags(template, self.block, self.invoke, self.parameter)
 
-V3_2 = Dialect(name="v3.2", block="function_calls", invoke="invoke", parameter="parameter")
-V4 = Dialect(name="v4", block="tool_calls", invoke="invoke", parameter="parameter")
-V4_1 = Dialect(name="v4.1", block=" calls", invoke=" invoke", parameter=" parameter")
+    def effort_table(self, name: str | None = None) -> EffortTable | None:
+        """The named effort table (None: the first); None when the dialect has no effort."""
+        if not self.effort_tables:
+            if name is not None:
+                raise InvalidRequest(f"{self.name} has no reasoning-effort tables", "effort_table")
+            return None
+        if name is None:
+            return self.effort_tables[0]
+        for table in self.effort_tables:
+            if table.name == name:
+                return table
+        known = ", ".join(table.name for table in self.effort_tables)
+        raise InvalidRequest(
+            f"unknown effort table {name!r} for {self.name}; use one of: {known}",
+            "effort_table",
+        )
+
+
+@functools.lru_cache(maxsize=64)
+def _fill_tags(template: str, block: str, invoke: str, parameter: str) -> str:
+    return template.format(
+        dsml=MARKER,
+        block=block,
+        invoke=invoke,
+        parameter=parameter,
+        think_open=THINK_OPEN,
+        think_close=THINK_CLOSE,
+    )
+
+
+# --- the reference encoders' texts ---------------------------------------------------------
+
+# The V3.2 tools section as DeepSeek's own golden renders it (blank lines included).
+_V32_TOOLS_OFFICIAL = """## Tools
+
+You have access to a set of tools you can use to answer the user's question.
+You can invoke functions by writing a "<{dsml}{block}>" block like the following as part of your reply to the user:
+<{dsml}{block}>
+<{dsml}{invoke} name="$FUNCTION_NAME">
+<{dsml}{parameter} name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{dsml}{parameter}>
+...
+</{dsml}{invoke}>
+<{dsml}{invoke} name="$FUNCTION_NAME2">
+...
+</{dsml}{invoke}>
+</{dsml}{block}>
+
+String and scalar parameters should be specified as is without any escaping or quotes, while lists and objects should use JSON format. The "string" attribute should be set to "true" for string type parameters and "false" for other types (numbers, booleans, arrays, objects).
+
+If the thinking_mode is enabled, then after function results you should strongly consider outputting a thinking block. Here is an example:
+
+<{dsml}{block}>
+...
+</{dsml}{block}>
+
+<function_results>
+...
+</function_results>
+
+{think_open}...thinking about results{think_close}
+
+Here are the functions available in JSONSchema format:
+<functions>
+{{tool_schemas}}
+</functions>
+"""  # noqa: E501
+
+# The vLLM and SGLang copies store the V3.2 tools section without those seven blank lines.
+_V32_TOOLS_COMPACT = _V32_TOOLS_OFFICIAL.replace("\n\n", "\n")
+
+# The V4 / V4.1 tools section; only the tag names differ between the two.
+_V4_TOOLS = """## Tools
+
+You have access to a set of tools to help answer the user's question. You can invoke tools by writing a "<{dsml}{block}>" block like the following:
+
+<{dsml}{block}>
+<{dsml}{invoke} name="$TOOL_NAME">
+<{dsml}{parameter} name="$PARAMETER_NAME" string="true|false">$PARAMETER_VALUE</{dsml}{parameter}>
+...
+</{dsml}{invoke}>
+<{dsml}{invoke} name="$TOOL_NAME2">
+...
+</{dsml}{invoke}>
+</{dsml}{block}>
+
+String parameters should be specified as is and set `string="true"`. For all other types (numbers, booleans, arrays, objects), pass the value in JSON format and set `string="false"`.
+
+If thinking_mode is enabled (triggered by {think_open}), you MUST output your complete reasoning inside {think_open}...{think_close} BEFORE any tool calls or final response.
+
+Otherwise, output directly after {think_close} with tool calls or final response.
+
+### Available Tool Schemas
+
+{{tool_schemas}}
+
+You MUST strictly follow the above defined tool name and parameter schemas to invoke tool calls.
+"""  # noqa: E501
+
+#: V4 preview "max" text; the 0731 checkpoint uses the same words for "high".
+EFFORT_ABSOLUTE_MAXIMUM = (
+    "Reasoning Effort: Absolute maximum with no shortcuts permitted.\n"
+    "You MUST be very thorough in your thinking and comprehensively decompose the problem to resolve the root cause, rigorously stress-testing your logic against all potential paths, edge cases, and adversarial scenarios.\n"  # noqa: E501
+    "Explicitly write out your entire deliberation process, documenting every intermediate step, considered alternative, and rejected hypothesis to ensure absolutely no assumption is left unchecked.\n\n"  # noqa: E501
+)
+#: V4 0731 "max" text.
+EFFORT_BEYOND_MAXIMUM = (
+    "Reasoning Effort: Beyond maximum — exhaustive, relentless, and uncompromising.\n"
+    "You MUST reason with the utmost depth and rigor, leaving absolutely nothing to chance: exhaustively decompose the problem into its most fundamental components, trace every causal chain to its root, and resolve the underlying cause rather than any surface symptom.\n"  # noqa: E501
+    "Do not stop reasoning until you have independently verified the solution from multiple angles and are certain that no assumption remains unchecked and no error remains undiscovered.\n\n"  # noqa: E501
+)
+#: V4.1 effort line; ``budget`` is an integer from 1 to 100.
+EFFORT_BUDGET_LINE = (
+    "Reasoning Effort: {budget} "
+    "(range 1-100, the higher the value, the more thorough the reasoning)\n\n"
+)
+
+
+def _budget_table(name: str, description: str, budgets: dict[str, int]) -> EffortTable:
+    levels = tuple(
+        (level, EFFORT_BUDGET_LINE.format(budget=value)) for level, value in budgets.items()
+    )
+    return EffortTable(
+        name,
+        description,
+        levels,
+        default="high",
+        budgets=tuple(budgets.items()),
+        budget_line=EFFORT_BUDGET_LINE,
+    )
+
+
+# Effort tables. ``minimal`` (DeepSeek's and OpenAI's lowest named level) is ``low``;
+# ``medium``, which the reference encoders lack but OpenAI clients send, is the table's
+# default level; ``xhigh`` is ``high`` where the checkpoint has no such level.
+_V4_PREVIEW = EffortTable(
+    "preview",
+    "V4-Flash / V4-Pro preview encoder: only max adds a text",
+    (
+        ("minimal", ""),
+        ("low", ""),
+        ("medium", ""),
+        ("high", ""),
+        ("xhigh", ""),
+        ("max", EFFORT_ABSOLUTE_MAXIMUM),
+    ),
+    default="high",
+)
+_V4_0731 = EffortTable(
+    "0731",
+    "V4-Flash-0731 / Vision-Exp encoder: high and max add texts, low is the default",
+    (
+        ("minimal", ""),
+        ("low", ""),
+        ("medium", ""),
+        ("high", EFFORT_ABSOLUTE_MAXIMUM),
+        ("xhigh", EFFORT_ABSOLUTE_MAXIMUM),
+        ("max", EFFORT_BEYOND_MAXIMUM),
+    ),
+    default="low",
+)
+_V41_RELEASE = _budget_table(
+    "release",
+    "V4.1-Flash HF release encoder: low 50, high 75, max 100, default 75",
+    {"minimal": 50, "low": 50, "medium": 75, "high": 75, "xhigh": 75, "max": 100},
+)
+_V41_PREVIEW = _budget_table(
+    "preview",
+    "V4.1 pre-release encoder drop (vLLM/SGLang copies): low 25, high 50, xhigh 75, max 100, "
+    "default 50",
+    {"minimal": 25, "low": 25, "medium": 50, "high": 50, "xhigh": 75, "max": 100},
+)
+
+V3_2 = Dialect(
+    name="v3.2",
+    block="function_calls",
+    invoke="invoke",
+    parameter="parameter",
+    layout="v3.2",
+    tools_sections=(("official", _V32_TOOLS_OFFICIAL), ("compact", _V32_TOOLS_COMPACT)),
+)
+V4 = Dialect(
+    name="v4",
+    block="tool_calls",
+    invoke="invoke",
+    parameter="parameter",
+    tools_sections=(("official", _V4_TOOLS),),
+    effort_tables=(_V4_PREVIEW, _V4_0731),
+)
+V4_1 = Dialect(
+    name="v4.1",
+    block=" calls",
+    invoke=" invoke",
+    parameter=" parameter",
+    system_token=True,
+    tools_sections=(("official", _V4_TOOLS),),
+    effort_tables=(_V41_RELEASE, _V41_PREVIEW),
+)
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (V3_2, V4, V4_1)}
 DEFAULT_DIALECT = V4_1
 
-#: Block names seen in the field that are typos of a real one (recovered, with a diagnostic).
-TYPO_BLOCK_NAMES = ("toolcalls",)
-
 
 def get_dialect(name: str | Dialect) -> Dialect:
-    """Look a dialect up by name (``v3.2``, ``v4``, ``v4.1``; ``v32``/``v41`` also work)."""
+    """Look a dialect up by name (``v3.2``, ``v4``, ``v4.1``; ``v32``/``v41`` also work).
+
+    A :class:`Dialect` value is returned as it is, so a custom dialect works anywhere a
+    name does.
+    """
     if isinstance(name, Dialect):
         return name
     key = name.strip().lower()

@@ -26,7 +26,7 @@ from dsmlkit.parse import (
     StartIn,
     ToolCall,
 )
-from dsmlkit.render import EFFORT_TABLES, RenderOptions
+from dsmlkit.render import RenderOptions
 from dsmlkit.render.conversation import Conversation, Tool
 
 Api = Literal["openai", "anthropic"]
@@ -242,7 +242,7 @@ def effort_for_dialect(
     API clients send an effort on every request (Claude Code does); a V3.2 model has no
     effort levels, so the hint is set aside rather than failing the request.
     """
-    if effort is not None and not EFFORT_TABLES[dialect.name]:
+    if effort is not None and not dialect.effort_tables:
         notes.append(f"{param}: {dialect.name} has no reasoning effort; {effort!r} ignored")
         return None
     return effort

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from dsmlkit.dialects import ASCII_MARKER, EOS, MARKER, THINK_CLOSE, THINK_OPEN, Dialect
+from dsmlkit.dialects import ASCII_MARKER, DIALECTS, EOS, MARKER, THINK_CLOSE, THINK_OPEN, Dialect
 
 #: Longest tag (from ``<`` to ``>``) accepted; a longer candidate is text.
 MAX_TAG_LENGTH: Final = 512
@@ -135,12 +135,14 @@ class Grammar:
             }
             spaces = (len(dialect.block) - len(dialect.block.lstrip(" ")),)
             return cls(names=names, typo_names={}, spaces=spaces, lenient=False)
-        names = {
-            "function_calls": _BLOCK,
-            "tool_calls": _BLOCK,
-            "calls": _BLOCK,
-            "invoke": _INVOKE,
-            "parameter": _PARAM,
+        names = {  # every known dialect's spellings, and this one's
+            name.lstrip(" "): kind
+            for known in (*DIALECTS.values(), dialect)
+            for name, kind in (
+                (known.block, _BLOCK),
+                (known.invoke, _INVOKE),
+                (known.parameter, _PARAM),
+            )
         }
         typos = {"toolcalls": _BLOCK, "functioncalls": _BLOCK}
         return cls(names=names, typo_names=typos, spaces=(0, 1, 2), lenient=True)

@@ -8,8 +8,8 @@
 'content'
 """
 
+from dsmlkit.dialects import EffortTable
 from dsmlkit.render.conversation import Conversation, build_conversation
-from dsmlkit.render.effort import EFFORT_TABLES, EffortTable
 from dsmlkit.render.renderer import (
     MODES,
     TOOL_REFERENCE_MODES,
@@ -22,7 +22,6 @@ from dsmlkit.render.renderer import (
 )
 
 __all__ = [
-    "EFFORT_TABLES",
     "MODES",
     "TOOL_REFERENCE_MODES",
     "Conversation",

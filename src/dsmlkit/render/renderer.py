@@ -27,8 +27,6 @@ from dsmlkit.dialects import (
     MARKER,
     THINK_CLOSE,
     THINK_OPEN,
-    V3_2,
-    V4_1,
     Dialect,
 )
 from dsmlkit.dialects import get_dialect as _lookup_dialect
@@ -46,7 +44,6 @@ from dsmlkit.render.conversation import (
     build_conversation,
     to_json,
 )
-from dsmlkit.render.effort import effort_table as _effort_table
 from dsmlkit.render.templates import (
     ASSISTANT,
     IMAGE,
@@ -54,7 +51,6 @@ from dsmlkit.render.templates import (
     RESPONSE_FORMAT,
     SYSTEM,
     TASK_TOKENS,
-    TEMPLATES,
     USER,
 )
 
@@ -157,7 +153,7 @@ class RenderOptions:
 
     def effort_prefix(self) -> str:
         """What thinking mode puts before the first message for this effort ("" in chat)."""
-        table = _effort_table(self.dialect.name, self.effort_table)
+        table = self.dialect.effort_table(self.effort_table)
         if table is None:
             if self.reasoning_effort is not None:
                 raise InvalidRequest(
@@ -169,17 +165,7 @@ class RenderOptions:
 
     def tools_section(self) -> str:
         """The tools-section text of the chosen template variant."""
-        sections = TEMPLATES[self.dialect.name].tools_sections
-        variant = self.template_variant
-        if variant is None:
-            return next(iter(sections.values()))
-        if variant not in sections:
-            raise InvalidRequest(
-                f"unknown template variant {variant!r} for {self.dialect.name}; "
-                f"use one of: {', '.join(sections)}",
-                "template_variant",
-            )
-        return sections[variant]
+        return self.dialect.tools_section(self.template_variant)
 
 
 def render(
@@ -235,7 +221,7 @@ def render_conversation(conversation: Conversation, options: RenderOptions) -> R
 
     has_tools = any(message.tools for message in messages)
     drop = True if options.drop_thinking is None else options.drop_thinking
-    if drop and has_tools and resolved is not V3_2:
+    if drop and has_tools and resolved.layout == "v4":
         drop = False
         if options.drop_thinking:
             notes.append(
@@ -255,7 +241,7 @@ def render_conversation(conversation: Conversation, options: RenderOptions) -> R
     writer = _Writer(settings, messages, notes)
     if options.add_bos:
         writer.out.template(BOS)
-    if resolved is V3_2:
+    if resolved.layout == "v3.2":
         writer.render_v32(messages)
     else:
         writer.render_v4(messages)
@@ -301,7 +287,8 @@ def resolve_dialect(dialect: str | Dialect) -> Dialect:
 
 
 def _check_dialect_support(conversation: Sequence[Message], dialect: Dialect) -> None:
-    if dialect is not V3_2:
+    """The V3.2 layout has no latest_reminder, tasks or image placeholder."""
+    if dialect.layout != "v3.2":
         return
     for message in conversation:
         if message.role == "latest_reminder":
@@ -386,7 +373,7 @@ class _Writer:
 
     def _v4_effort_prefix(self, first_role: str) -> None:
         prefix = self.options.effort_prefix
-        if self.options.dialect is V4_1 and (prefix or first_role == "system"):
+        if self.options.dialect.system_token and (prefix or first_role == "system"):
             self.out.template(SYSTEM)
         self.out.template(prefix)
 
@@ -396,7 +383,7 @@ class _Writer:
             self.out.template(USER)
             self._user_blocks(turn.blocks)
         elif turn.role == "system":
-            if self.options.dialect is V4_1 and i > 0:
+            if self.options.dialect.system_token and i > 0:
                 self.out.template(SYSTEM)
             self.out.text(turn.text())
             self._system_extras(turn)
@@ -433,7 +420,7 @@ class _Writer:
 
     def _counts_as_user_v4(self, role: str, i: int) -> bool:
         """User turns for headers and dropping; V4.1 counts a later system message too."""
-        later_system = self.options.dialect is V4_1 and role == "system" and i > 0
+        later_system = self.options.dialect.system_token and role == "system" and i > 0
         return role in ("user", "developer") or later_system
 
     def _last_user_v4(self, turns: Sequence[_UserTurn | Message]) -> int:
