@@ -16,9 +16,16 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
 from contextlib import aclosing
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import anyio
@@ -45,12 +52,20 @@ from dsmlkit.server.apis import (
     stream_frames,
 )
 from dsmlkit.server.chat_repair import ChatRepair
+from dsmlkit.server.forced import (
+    CompletionsAnswer,
+    Resume,
+    chat_fallback_body,
+    cut_ending,
+    first_call_only,
+    one_call_only,
+)
 from dsmlkit.server.local_routes import read_json
 from dsmlkit.server.prepare import prepare
 from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory
 from dsmlkit.server.reqlog import RequestRecord
 from dsmlkit.server.state import ServerState, client_keys, record_of, state_of
-from dsmlkit.server.upstream import UpstreamStream
+from dsmlkit.server.upstream import UpstreamClient, UpstreamStream
 
 LOGGER = logging.getLogger("dsmlkit.server")
 T = TypeVar("T")
@@ -87,13 +102,49 @@ class _Outcome:
 @dataclass(frozen=True)
 class _Plan:
     """One gateway request, ready to send: the request, the upstream body, how to fold the
-    upstream's choices into events, and the usage known before sending."""
+    upstream's choices into events, and the usage known before sending.
+
+    Forced calls (:mod:`.forced`): ``opening`` are events of text the gateway wrote into the
+    answer itself; ``resume`` says after each upstream stream what follows (events, and
+    the next upstream body or None); ``one_call`` cuts the answer after its first call;
+    ``fallback_body`` is retried once when the upstream answers 400; ``require_call``
+    turns an answer without a call into an error (the fallback could not force one).
+    """
 
     req: ChatRequest
     upstream_body: dict[str, Any]
     feed: Callable[[Mapping[str, Any]], list[Event]]
     close: Callable[[str], list[Event]]
     prompt_tokens: int | None
+    opening: list[Event] = field(default_factory=list)
+    resume: Resume | None = None
+    one_call: bool = False
+    fallback_body: dict[str, Any] | None = None
+    require_call: bool = False
+
+
+class _Upstream:
+    """The upstream requests of one answer, one open at a time (a forced call in thinking
+    mode takes two)."""
+
+    def __init__(self, client: UpstreamClient, key: str | None, stream: UpstreamStream) -> None:
+        self._client = client
+        self._key = key
+        self.stream = stream
+        self._earlier_seconds = 0.0
+
+    async def follow(self, body: dict[str, Any]) -> None:
+        """Close the current request and open the next."""
+        await self.stream.aclose()
+        self._earlier_seconds += self.stream.seconds
+        self.stream = await self._client.open_stream(body, self._key)
+
+    @property
+    def seconds(self) -> float:
+        return self._earlier_seconds + self.stream.seconds
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
 
 
 @router.post("/v1/chat/completions")
@@ -121,9 +172,11 @@ async def _gateway(request: Request, api: Api) -> Response:
     req = plan.req
     record.stream, record.model, record.parsed = req.stream, req.model, True
     record.prompt_tokens = plan.prompt_tokens
-    stream = await upstream.open_stream(plan.upstream_body, _upstream_key(state, request))
+    key = _upstream_key(state, request)
+    stream, plan = await _open(upstream, key, plan, record)
+    calls = _Upstream(upstream, key, stream)
     outcome = _Outcome()
-    events = _events(stream, plan, record, outcome, state.reasoning)
+    events = _events(calls, plan, record, outcome, state.reasoning)
     response_id = new_response_id(api)
     created = int(time.time())
     sign_thinking = state.reasoning.signer.sign
@@ -141,7 +194,7 @@ async def _gateway(request: Request, api: Api) -> Response:
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
             # runs after the last byte, after a disconnect, even if the body never started
-            background=BackgroundTask(_finish_upstream, stream, record),
+            background=BackgroundTask(_finish_upstream, calls, record),
         )
 
     async def collect() -> dict[str, Any]:
@@ -151,7 +204,7 @@ async def _gateway(request: Request, api: Api) -> Response:
                 async for batch in batches:
                     collector.add(batch)
         finally:
-            await _finish_upstream(stream, record)
+            await _finish_upstream(calls, record)
         msg = collector.message()
         record.diagnostics = _kinds(response_diagnostics(msg, req))
         return build_response(
@@ -177,23 +230,39 @@ def _completions_plan(state: ServerState, api: Api, body: Any) -> _Plan:
     prompt: list[int] | str = (
         prepared.token_ids if prepared.token_ids is not None else prepared.result.prompt
     )
-    upstream_body: dict[str, Any] = {
-        "model": state.config.served_model,
-        "prompt": prompt,
-        **prepared.sampling_params(),
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    if prepared.token_ids is None:
-        upstream_body["add_special_tokens"] = False  # the prompt already starts with BOS
-    parser = req.new_parser(prepared.result.output_starts_in)
+
+    def make_body(prompt: list[int] | str, extra_stop: Sequence[str]) -> dict[str, Any]:
+        upstream_body: dict[str, Any] = {
+            "model": state.config.served_model,
+            "prompt": prompt,
+            **prepared.sampling_params(),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        upstream_body["stop"] = [*upstream_body["stop"], *extra_stop]
+        if isinstance(prompt, str):
+            upstream_body["add_special_tokens"] = False  # the prompt already starts with BOS
+        return upstream_body
+
+    answer = CompletionsAnswer(
+        req, prompt, prepared.result.output_starts_in, state.tokenizer, make_body
+    )
 
     def feed(choice: Mapping[str, Any]) -> list[Event]:
         text = choice.get("text")
-        return parser.feed(text) if isinstance(text, str) and text else []
+        return answer.feed(text) if isinstance(text, str) and text else []
 
     tokens = len(prepared.token_ids) if prepared.token_ids is not None else None
-    return _Plan(req, upstream_body, feed, parser.close, tokens)
+    return _Plan(
+        req,
+        answer.body,
+        feed,
+        answer.parser.close,
+        tokens,
+        opening=answer.opening,
+        resume=answer.resume,
+        one_call=one_call_only(req),
+    )
 
 
 def _chat_plan(state: ServerState, api: Api, body: Any) -> _Plan:
@@ -208,7 +277,29 @@ def _chat_plan(state: ServerState, api: Api, body: Any) -> _Plan:
         delta = choice.get("delta")
         return repair.feed(delta) if isinstance(delta, Mapping) else []
 
-    return _Plan(req, upstream_body, feed, repair.close, None)
+    return _Plan(
+        req,
+        upstream_body,
+        feed,
+        repair.close,
+        None,
+        one_call=one_call_only(req),
+        fallback_body=chat_fallback_body(req, upstream_body),
+    )
+
+
+async def _open(
+    upstream: UpstreamClient, key: str | None, plan: _Plan, record: RequestRecord
+) -> tuple[UpstreamStream, _Plan]:
+    """Open the first upstream request; a 400 to a forced choice retries the fallback."""
+    try:
+        return await upstream.open_stream(plan.upstream_body, key), plan
+    except UpstreamError as exc:
+        if plan.fallback_body is None or exc.status != 400:
+            raise
+        record.diagnostics["tool_choice_fallback"] += 1
+        stream = await upstream.open_stream(plan.fallback_body, key)
+        return stream, replace(plan, require_call=True)
 
 
 def _upstream_key(state: ServerState, request: Request) -> str | None:
@@ -220,42 +311,73 @@ def _upstream_key(state: ServerState, request: Request) -> str | None:
 
 
 async def _events(
-    stream: UpstreamStream,
+    upstream: _Upstream,
     plan: _Plan,
     record: RequestRecord,
     outcome: _Outcome,
     memory: ReasoningMemory,
 ) -> AsyncGenerator[list[Event], None]:
-    """Parser events for the upstream's stream, ending with the close() events; the
+    """Parser events for the upstream's streams, ending with the close() events; the
     answer's reasoning is remembered under its call ids before the last events go out."""
     answer = AnswerTracker()
-    finish: str | None = None
-    async for chunk in stream.chunks():
-        usage = chunk.get("usage")
-        if isinstance(usage, Mapping):
-            outcome.usage = _usage(usage)
-        for choice in chunk.get("choices") or ():
-            if not isinstance(choice, Mapping):
-                continue
-            events = _timed(record, plan.feed, choice)
-            if events:
-                answer.add(events)
-                yield _noted(record, events)
-            if choice.get("finish_reason"):
-                finish = str(choice["finish_reason"])
-                stop_reason = choice.get("stop_reason")
-                if isinstance(stop_reason, str) and stop_reason in plan.req.stop_sequences:
-                    outcome.stop_sequence = stop_reason
-    if finish is None or finish in _ABORTED:
-        said = "" if finish is None else f" (finish_reason {finish!r})"
-        raise UpstreamError("broken", f"the upstream stream ended before the output did{said}")
+    if plan.opening:
+        answer.add(plan.opening)
+        yield _noted(record, plan.opening)
+    spent = 0  # completion tokens of earlier upstream requests of this answer
+    while True:
+        finish: str | None = None
+        stop_reason: str | None = None
+        cut = False
+        async for chunk in upstream.stream.chunks():
+            usage = chunk.get("usage")
+            if isinstance(usage, Mapping):
+                outcome.usage = _added_usage(outcome.usage, _usage(usage), spent)
+            for choice in chunk.get("choices") or ():
+                if not isinstance(choice, Mapping):
+                    continue
+                events = _timed(record, plan.feed, choice)
+                if plan.one_call:
+                    events, cut = first_call_only(events)
+                if events:
+                    answer.add(events)
+                    yield _noted(record, events)
+                if cut:
+                    break
+                if choice.get("finish_reason"):
+                    finish = str(choice["finish_reason"])
+                    said = choice.get("stop_reason")
+                    stop_reason = said if isinstance(said, str) else None
+            if cut:
+                break
+        if cut:
+            final = _noted(record, cut_ending())
+            break
+        if finish is None or finish in _ABORTED:
+            said = "" if finish is None else f" (finish_reason {finish!r})"
+            raise UpstreamError("broken", f"the upstream stream ended before the output did{said}")
+        if stop_reason in plan.req.stop_sequences:
+            outcome.stop_sequence = stop_reason
+        spent = outcome.usage.completion_tokens if outcome.usage is not None else spent
+        follow = plan.resume(finish, stop_reason, spent) if plan.resume else ([], None)
+        if follow[0]:
+            answer.add(follow[0])
+            yield _noted(record, follow[0])
+        if follow[1] is None:
+            final = _noted(record, _timed(record, plan.close, finish))
+            break
+        await upstream.follow(follow[1])
     if outcome.usage is None:
         outcome.usage = Usage(plan.prompt_tokens or 0, 0)
-    final = _noted(record, _timed(record, plan.close, finish))
+    answer.add(final)
+    if plan.require_call and not answer.call_ids:
+        raise UpstreamError(
+            "broken",
+            "the upstream rejects a forced tool_choice in thinking mode (it answered 400); "
+            "asked again with tool_choice auto, the model made no call",
+        )
     record.finish_reason = next(e.finish_reason for e in final if isinstance(e, OutputEnd))
     record.prompt_tokens = outcome.usage.prompt_tokens
     record.completion_tokens = outcome.usage.completion_tokens
-    answer.add(final)
     record.state_error = await memory.remember(answer.call_ids, answer.reasoning) or (
         record.state_error
     )
@@ -293,9 +415,9 @@ async def _stream_body(
         yield error_frame(api, err, record.id)
 
 
-async def _finish_upstream(stream: UpstreamStream, record: RequestRecord) -> None:
-    await stream.aclose()
-    record.upstream_seconds = stream.seconds
+async def _finish_upstream(upstream: _Upstream, record: RequestRecord) -> None:
+    await upstream.aclose()
+    record.upstream_seconds = upstream.seconds
 
 
 async def _cancel_on_disconnect(
@@ -339,6 +461,13 @@ def _noted(record: RequestRecord, events: list[Event]) -> list[Event]:
 
 def _kinds(diagnostics: tuple[Diagnostic, ...]) -> Counter[str]:
     return Counter(d.kind for d in diagnostics)
+
+
+def _added_usage(before: Usage | None, stage: Usage, spent: int) -> Usage:
+    """An answer's usage: the first request's prompt, the completions of all requests."""
+    if before is None:
+        return stage
+    return Usage(before.prompt_tokens, spent + stage.completion_tokens, before.cached_tokens)
 
 
 def _usage(usage: Mapping[str, Any]) -> Usage:
