@@ -259,8 +259,21 @@ def test_anthropic_prefill_and_inline_system() -> None:
         ({"model": "m", "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
         (anthropic([]), "messages"),
         (
-            anthropic([{"role": "user", "content": [{"type": "document"}]}]),
+            anthropic([{"role": "user", "content": [{"type": "search_result"}]}]),
             "messages[0].content[0]",
+        ),
+        (
+            anthropic(
+                [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "document", "source": {"type": "base64", "data": "JVBE"}}
+                        ],
+                    }
+                ]
+            ),
+            "messages[0].content[0].source.type",
         ),
         (anthropic([{"role": "bot", "content": "x"}]), "messages[0].role"),
         (anthropic([{"role": "user", "content": 3}]), "messages[0].content"),
@@ -395,7 +408,7 @@ def test_openai_tool_message_with_references_and_reasoning_alias() -> None:
     [
         ({}, "thinking", None),
         ({"reasoning_effort": "none"}, "chat", None),
-        ({"reasoning_effort": "minimal"}, "thinking", "low"),
+        ({"reasoning_effort": "minimal"}, "thinking", "minimal"),
         ({"reasoning_effort": "medium"}, "thinking", "medium"),
         ({"reasoning_effort": 60}, "thinking", 60),
         ({"chat_template_kwargs": {"thinking": False}}, "chat", None),
@@ -431,8 +444,8 @@ def test_openai_options_and_sampling() -> None:
         {"type": "function", "function": {"name": "f"}, "defer_loading": True}
     ]
     assert req.include_usage is True
+    assert req.max_tokens == 99
     assert req.sampling == {
-        "max_tokens": 99,
         "temperature": 0.5,
         "top_k": 5,
         "stop": ["END"],
@@ -477,14 +490,6 @@ def test_openai_options_and_sampling() -> None:
         ),
         (openai([{"role": "user", "content": "x"}], reasoning_effort="huge"), "reasoning_effort"),
         (openai([{"role": "user", "content": "x"}], reasoning_effort=101), "reasoning_effort"),
-        (
-            openai(
-                [{"role": "user", "content": "x"}],
-                reasoning_effort="none",
-                chat_template_kwargs={"thinking": True},
-            ),
-            "chat_template_kwargs.thinking",
-        ),
         (
             openai([{"role": "user", "content": "x"}], continue_final_message=True),
             "continue_final_message",

@@ -91,8 +91,10 @@ def test_effort_tables_are_listed_per_dialect_with_a_default_level() -> None:
     for dialect in DIALECTS.values():
         for table in dialect.effort_tables:
             assert table.default in table.prefixes
-            assert set(table.prefixes) == {"minimal", "low", "medium", "high", "xhigh", "max"}
+            names = {"minimal", "low", "medium", "high", "xhigh", "max", "ultra"}
+            assert set(table.prefixes) == names
             assert table.prefixes["minimal"] == table.prefixes["low"]
+            assert table.prefixes["ultra"] == table.prefixes["max"]
 
 
 # -- thinking, headers and where the output starts --------------------------------------

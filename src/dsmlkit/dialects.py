@@ -291,9 +291,9 @@ def _budget_table(name: str, description: str, budgets: dict[str, int]) -> Effor
     )
 
 
-# Effort tables. ``minimal`` (DeepSeek's and OpenAI's lowest named level) is ``low``;
-# ``medium``, which the reference encoders lack but OpenAI clients send, is the table's
-# default level; ``xhigh`` is ``high`` where the checkpoint has no such level.
+# Effort tables. The reference encoders know low, high (and xhigh), max; DeepSeek's API
+# documents more names, mapped here: ``minimal`` is ``low``, ``medium`` the table's default
+# level, ``xhigh`` is ``high`` where the checkpoint has no such level, ``ultra`` is ``max``.
 _V4_PREVIEW = EffortTable(
     "preview",
     "V4-Flash / V4-Pro preview encoder: only max adds a text",
@@ -304,6 +304,7 @@ _V4_PREVIEW = EffortTable(
         ("high", ""),
         ("xhigh", ""),
         ("max", EFFORT_ABSOLUTE_MAXIMUM),
+        ("ultra", EFFORT_ABSOLUTE_MAXIMUM),
     ),
     default="high",
 )
@@ -317,19 +318,20 @@ _V4_0731 = EffortTable(
         ("high", EFFORT_ABSOLUTE_MAXIMUM),
         ("xhigh", EFFORT_ABSOLUTE_MAXIMUM),
         ("max", EFFORT_BEYOND_MAXIMUM),
+        ("ultra", EFFORT_BEYOND_MAXIMUM),
     ),
     default="low",
 )
 _V41_RELEASE = _budget_table(
     "release",
     "V4.1-Flash HF release encoder: low 50, high 75, max 100, default 75",
-    {"minimal": 50, "low": 50, "medium": 75, "high": 75, "xhigh": 75, "max": 100},
+    {"minimal": 50, "low": 50, "medium": 75, "high": 75, "xhigh": 75, "max": 100, "ultra": 100},
 )
 _V41_PREVIEW = _budget_table(
     "preview",
     "V4.1 pre-release encoder drop (vLLM/SGLang copies): low 25, high 50, xhigh 75, max 100, "
     "default 50",
-    {"minimal": 25, "low": 25, "medium": 50, "high": 50, "xhigh": 75, "max": 100},
+    {"minimal": 25, "low": 25, "medium": 50, "high": 50, "xhigh": 75, "max": 100, "ultra": 100},
 )
 
 V3_2 = Dialect(

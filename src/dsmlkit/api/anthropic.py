@@ -12,17 +12,19 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dsmlkit.api.common import (
-    EFFORT_NAMES,
     ChatRequest,
     ParseOptions,
     Usage,
     check_choice_has_tools,
     coalesce,
-    effort_for_dialect,
     named_choice,
+    note_ignored,
+    read_effort,
     read_numbers,
     read_stop,
+    read_switch,
     request_root,
+    resolve_thinking,
     response_diagnostics,
 )
 from dsmlkit.api.fields import Field
@@ -59,6 +61,8 @@ from dsmlkit.render.conversation import conversation as finish_conversation
 THINKING_SIGNATURE = "dsmlkit-unsigned"
 #: Claude Code's per-request system block; it would defeat prefix caching.
 BILLING_HEADER = "x-anthropic-billing-header"
+#: Fields accepted that change nothing in the prompt (listed in the render notes).
+IGNORED_FIELDS = ("metadata", "context_management", "service_tier", "cache_control")
 
 STOP_REASONS: dict[FinishReason, str] = {
     "tool_calls": "tool_use",
@@ -75,16 +79,30 @@ def parse_anthropic_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALE
     root = request_root(body)
     model = root["model"].nonempty_string()
     resolved = resolve_dialect(dialect)
-    sampling: dict[str, Any] = {"max_tokens": root["max_tokens"].integer(minimum=1)}
+    max_tokens = root["max_tokens"].integer(minimum=1)
+    sampling: dict[str, Any] = {}
     notes: list[str] = []
-    tools, server_tools = read_anthropic_tools(root["tools"], notes)
+    reader = _Conversation(notes)
+    tools, server_tools = read_anthropic_tools(root["tools"], notes, reader.cached)
     messages: list[Message] = []
-    system = _system_text(root["system"]) if root["system"].present else ""
+    system = reader.system_text(root["system"]) if root["system"].present else ""
     if system:
         messages.append(Message("system", "system", (TextPart(system),), plain=True))
-    messages += _Conversation(notes).convert(root["messages"])
+    messages += reader.convert(root["messages"])
     requested_effort, response_format = _output_config(root["output_config"])
-    effort = effort_for_dialect(requested_effort, resolved, "output_config.effort", notes)
+    budget = root["thinking"]["budget_tokens"] if root["thinking"].present else root["thinking"]
+    if budget.present:
+        budget.integer(minimum=1)  # accepted, cannot be enforced
+    thinking, effort = resolve_thinking(
+        [(read_switch(root["thinking"], adaptive=True), "thinking.type")],
+        requested_effort,
+        "output_config.effort",
+        default=False,
+        dialect=resolved,
+        notes=notes,
+    )
+    reader.note_cached()
+    note_ignored(root, IGNORED_FIELDS, notes)
     conversation = finish_conversation(messages, tools, response_format, notes)
     tool_choice, parallel = _tool_choice(root["tool_choice"], tools, server_tools)
     prefill = conversation.messages[-1].role == "assistant"
@@ -97,7 +115,7 @@ def parse_anthropic_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALE
         conversation=conversation,
         render=RenderOptions(
             dialect=resolved,
-            thinking=_thinking(root["thinking"]),
+            thinking=thinking,
             reasoning_effort=effort,
             add_generation_prompt=not prefill,
             continue_final_message=prefill,
@@ -107,21 +125,9 @@ def parse_anthropic_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALE
         parallel_tool_calls=parallel,
         stream=root["stream"].boolean() if root["stream"].present else False,
         include_usage=True,
+        max_tokens=max_tokens,
         sampling=sampling,
     )
-
-
-def _system_text(field: Field) -> str:
-    """System text: a string, or text blocks joined with "" minus the billing header."""
-    if isinstance(field.value, str):
-        return field.value
-    texts = []
-    for block in field.array():
-        block["type"].choice(("text",))
-        text = block["text"].string()
-        if not text.startswith(BILLING_HEADER):
-            texts.append(text)
-    return "".join(texts)
 
 
 def _image_part(block: Field) -> ImagePart:
@@ -131,6 +137,28 @@ def _image_part(block: Field) -> ImagePart:
         return ImagePart(source["url"].nonempty_string())
     media_type = source["media_type"].nonempty_string()
     return ImagePart(f"data:{media_type};base64,{source['data'].nonempty_string()}")
+
+
+def _document_part(block: Field) -> TextPart:
+    """A ``document`` block with a text source (``text``, or ``content`` text blocks) as
+    text, its ``title`` on the first line; other sources cannot be rendered (400)."""
+    source = block["source"]
+    kind = source["type"].string()
+    if kind == "text":
+        text = source["data"].string()
+    elif kind == "content":
+        content = source["content"]
+        if isinstance(content.value, str):
+            text = content.value
+        else:
+            text = "\n\n".join(item["text"].string() for item in content.array())
+    else:
+        raise source["type"].error(
+            f"a {kind!r} document source cannot be rendered into a DeepSeek prompt; "
+            "send the document's text (source type 'text' or 'content')"
+        )
+    title = block["title"].string() if block["title"].present else ""
+    return TextPart(f"{title}\n\n{text}" if title else text)
 
 
 def _is_server_block(kind: str) -> bool:
@@ -153,6 +181,36 @@ class _Conversation:
 
     def __init__(self, notes: list[str]) -> None:
         self._notes = notes
+        #: Paths of the blocks that carry ``cache_control`` (it changes nothing here).
+        self.cached: list[str] = []
+
+    def note_cached(self) -> None:
+        """One note for every ``cache_control`` the request carried."""
+        if self.cached:
+            where = ", ".join(self.cached[:3]) + (", …" if len(self.cached) > 3 else "")
+            self._notes.append(
+                f"cache_control on {len(self.cached)} blocks ({where}): accepted; "
+                "changes nothing in the prompt (prefix caching is the engine's)"
+            )
+
+    def block_type(self, block: Field) -> str:
+        """A content block's ``type``; its ``cache_control`` is recorded."""
+        if block["cache_control"].present:
+            self.cached.append(block.path)
+        return block.type_tag()
+
+    def system_text(self, field: Field) -> str:
+        """System text: a string, or text blocks joined with "" minus the billing header."""
+        if isinstance(field.value, str):
+            return field.value
+        texts = []
+        for block in field.array():
+            if self.block_type(block) != "text":
+                raise block["type"].error("must be text")
+            text = block["text"].string()
+            if not text.startswith(BILLING_HEADER):
+                texts.append(text)
+        return "".join(texts)
 
     def convert(self, field: Field) -> list[Message]:
         items = field.array()
@@ -163,7 +221,7 @@ class _Conversation:
             role = item["role"].choice(("user", "assistant", "system"))
             content = item["content"]
             if role == "system":
-                text = _system_text(content)
+                text = self.system_text(content)
                 messages.append(Message(item.path, "system", (TextPart(text),), plain=True))
             elif role == "assistant":
                 messages.append(self._assistant(item.path, content))
@@ -190,7 +248,7 @@ class _Conversation:
         reasoning: list[str] = []
         calls: list[HistoryCall] = []
         for block in blocks:
-            kind = block.type_tag()
+            kind = self.block_type(block)
             if kind == "text":
                 texts.append(block["text"].string())
             elif kind == "thinking":
@@ -224,12 +282,14 @@ class _Conversation:
                 parts.clear()
 
         for block in blocks:
-            kind = block.type_tag()
+            kind = self.block_type(block)
             if kind == "text":
                 if block["text"].string():
                     parts.append(TextPart(block["text"].value))
             elif kind == "image":
                 parts.append(_image_part(block))
+            elif kind == "document":
+                parts.append(_document_part(block))
             elif kind == "tool_reference":
                 parts.append(TextPart(tool_reference(block.object(), block.path).name))
             elif kind == "tool_result":
@@ -238,7 +298,7 @@ class _Conversation:
             else:
                 raise block.error(
                     f"{kind!r} blocks are not supported in user messages; "
-                    "use text, image, tool_result or tool_reference"
+                    "use text, image, document, tool_result or tool_reference"
                 )
         flush()
         return messages or [Message(where, "user")]
@@ -252,10 +312,12 @@ class _Conversation:
         content = block["content"]
         if content.present and not isinstance(content.value, str):
             for part in content.array():
-                kind = part.type_tag()
+                kind = self.block_type(part)
                 if kind == "text":
                     if part["text"].string():
                         texts.append(TextPart(part["text"].value))
+                elif kind == "document":
+                    texts.append(_document_part(part))
                 elif kind == "tool_reference":
                     references.append(tool_reference(part.object(), part.path))
                 elif kind == "image":
@@ -263,7 +325,7 @@ class _Conversation:
                 else:
                     raise part.error(
                         f"{kind!r} items are not supported in a tool_result; "
-                        "use text, image or tool_reference"
+                        "use text, image, document or tool_reference"
                     )
         plain = isinstance(content.value, str)
         message = Message(
@@ -278,13 +340,20 @@ class _Conversation:
         return [message, Message(block.path, "user", tuple(images))] if images else [message]
 
 
-def read_anthropic_tools(field: Field, notes: list[str]) -> tuple[list[Tool], set[str]]:
-    """Custom tools as typed tools; server tools are dropped (their names returned)."""
+def read_anthropic_tools(
+    field: Field, notes: list[str], cached: list[str] | None = None
+) -> tuple[list[Tool], set[str]]:
+    """Custom tools as typed tools; server tools are dropped (their names returned).
+
+    The paths of tools carrying ``cache_control`` are added to ``cached``.
+    """
     tools: list[Tool] = []
     server_tools: set[str] = set()
     if not field.present:
         return tools, server_tools
     for item in field.array():
+        if cached is not None and item["cache_control"].present:
+            cached.append(item.path)
         kind = item["type"].string() if item["type"].present else "custom"
         if kind != "custom":
             name = item["name"].value if isinstance(item["name"].value, str) else kind
@@ -324,21 +393,11 @@ def _tool_choice(
     return choice, not (no_parallel.present and no_parallel.boolean())
 
 
-def _thinking(field: Field) -> bool:
-    """Thinking mode for ``enabled``/``adaptive``; chat mode when disabled or absent."""
-    if not field.present:
-        return False
-    kind = field["type"].choice(("enabled", "disabled", "adaptive"))
-    if kind == "enabled" and field["budget_tokens"].present:
-        field["budget_tokens"].integer(minimum=1)  # accepted, cannot be enforced
-    return kind != "disabled"
-
-
-def _output_config(field: Field) -> tuple[str | None, dict[str, Any] | None]:
+def _output_config(field: Field) -> tuple[str | int | None, dict[str, Any] | None]:
     """``(reasoning_effort, response_format)`` from ``output_config``."""
     if not field.present:
         return None, None
-    effort = field["effort"].choice(EFFORT_NAMES) if field["effort"].present else None
+    effort = read_effort(field["effort"])
     response_format = None
     if field["format"].present:
         field["format"]["type"].choice(("json_schema",))

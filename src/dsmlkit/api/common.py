@@ -26,13 +26,21 @@ from dsmlkit.parse import (
     StartIn,
     ToolCall,
 )
-from dsmlkit.render import RenderOptions
+from dsmlkit.render import RenderOptions, RenderResult
 from dsmlkit.render.conversation import Conversation, Tool
 
 Api = Literal["openai", "anthropic"]
 
-#: Effort names both APIs accept; the renderer maps them onto each dialect's effort table.
-EFFORT_NAMES = ("low", "medium", "high", "xhigh", "max")
+#: Effort names DeepSeek documents; ``none`` means chat mode, the others are mapped by each
+#: dialect's effort table (``minimal`` → low, ``ultra`` → max, …).
+EFFORT_NAMES = ("none", "minimal", "low", "medium", "high", "xhigh", "max", "ultra")
+
+#: ``max_tokens`` when a request gives none (the defaults of DeepSeek's own toolkit):
+#: chat mode, thinking mode, and thinking mode at the highest effort.
+DEFAULT_MAX_TOKENS_CHAT = 8192
+DEFAULT_MAX_TOKENS_THINKING = 65536
+DEFAULT_MAX_TOKENS_MAX_EFFORT = 131072
+_MAX_EFFORTS = ("max", "ultra")
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,25 @@ class ChatRequest:
     parallel_tool_calls: bool
     stream: bool
     include_usage: bool
+    max_tokens: int | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
+
+    def resolved_max_tokens(
+        self, prompt_tokens: int | None = None, max_model_len: int | None = None
+    ) -> int:
+        """The one output budget to send upstream: the client's ``max_tokens``, else the
+        default for the mode (8192 chat, 65536 thinking, 131072 thinking at max effort),
+        capped by what the context leaves after the prompt when ``max_model_len`` is known.
+
+        Raises :class:`InvalidRequest` when the prompt and the requested budget cannot fit.
+        """
+        return resolve_max_tokens(
+            self.max_tokens,
+            thinking=self.render.thinking,
+            effort=self.render.reasoning_effort,
+            prompt_tokens=prompt_tokens,
+            max_model_len=max_model_len,
+        )
 
     @property
     def stop_sequences(self) -> tuple[str, ...]:
@@ -91,6 +117,17 @@ class ChatRequest:
     def new_parser(self, start_in: StartIn, id_factory: Callable[[], str] | None = None) -> Parser:
         """A parser for this request's output; call ids default to this API's prefix."""
         return self.parse.parser(start_in, id_factory or call_id_factory(self.api))
+
+    def output_parser(
+        self, result: RenderResult, id_factory: Callable[[], str] | None = None
+    ) -> OutputReader:
+        """A parser for the engine's continuation of ``result``'s prompt.
+
+        When the prompt ends inside a message the model continues (prefill, chat prefix
+        completion), the parser first reads that message's text (``result.output_prefix``)
+        and drops what it makes of it: the answer holds only what the model added.
+        """
+        return OutputReader(self.new_parser(result.output_starts_in, id_factory), result)
 
     def options(self) -> dict[str, Any]:
         """The request options in OpenAI chat-completion names (only those that apply)."""
@@ -107,12 +144,158 @@ class ChatRequest:
         options["stream"] = self.stream
         if self.stream and self.include_usage:
             options["stream_options"] = {"include_usage": True}
+        if self.max_tokens is not None:
+            options["max_tokens"] = self.max_tokens
         options.update(self.sampling)
         if self.render.continue_final_message:
             options["continue_final_message"] = True
         if not self.render.add_generation_prompt:
             options["add_generation_prompt"] = False
         return options
+
+
+class OutputReader:
+    """A parser that has read the prompt's ``output_prefix`` first (see
+    :meth:`ChatRequest.output_parser`); ``feed`` and ``close`` are the parser's.
+
+    Text the parser held back at the end of the prefix (a trailing newline, a ``<`` that
+    might open a tag) comes out with the first events of the continuation; it is the
+    client's own text, so it is cut from them.
+    """
+
+    def __init__(self, parser: Parser, result: RenderResult) -> None:
+        self._parser = parser
+        prefix = result.output_prefix
+        events = parser.feed(prefix) if prefix else []
+        shown = "".join(e.text for e in events if isinstance(e, ContentDelta | ReasoningDelta))
+        plain_text = all(isinstance(e, ContentDelta | ReasoningDelta) for e in events)
+        self._held = prefix[len(shown) :] if plain_text and prefix.startswith(shown) else ""
+
+    def feed(self, text: str) -> list[Event]:
+        return self._cut_held(self._parser.feed(text))
+
+    def close(self, finish_reason: str | None = None) -> list[Event]:
+        return self._cut_held(self._parser.close(finish_reason))
+
+    def _cut_held(self, events: list[Event]) -> list[Event]:
+        if not self._held:
+            return events
+        kept: list[Event] = []
+        for event in events:
+            if self._held and isinstance(event, ContentDelta | ReasoningDelta):
+                cut = len(self._held) if event.text.startswith(self._held) else 0
+                if not cut and self._held.startswith(event.text):
+                    cut = len(event.text)
+                self._held = self._held[cut:] if cut else ""
+                if cut == len(event.text):
+                    continue
+                event = type(event)(event.text[cut:])
+            elif not isinstance(event, ContentDelta | ReasoningDelta):
+                self._held = ""
+            kept.append(event)
+        return kept
+
+
+def resolve_max_tokens(
+    requested: int | None,
+    *,
+    thinking: bool,
+    effort: str | int | None,
+    prompt_tokens: int | None = None,
+    max_model_len: int | None = None,
+) -> int:
+    """One ``max_tokens`` per request (see :meth:`ChatRequest.resolved_max_tokens`)."""
+    if requested is None:
+        if not thinking:
+            wanted = DEFAULT_MAX_TOKENS_CHAT
+        elif effort in _MAX_EFFORTS:
+            wanted = DEFAULT_MAX_TOKENS_MAX_EFFORT
+        else:
+            wanted = DEFAULT_MAX_TOKENS_THINKING
+    else:
+        wanted = requested
+    if max_model_len is None:
+        return wanted
+    left = max_model_len - (prompt_tokens or 0)
+    if requested is not None and requested > left:
+        raise InvalidRequest(
+            f"max_tokens {requested} does not fit: the prompt has {prompt_tokens or 0} tokens "
+            f"and the model's context holds {max_model_len}; ask for at most {max(left, 0)}",
+            "max_tokens",
+        )
+    if left < 1:
+        raise InvalidRequest(
+            f"the prompt has {prompt_tokens} tokens, more than the model's context of "
+            f"{max_model_len} holds; shorten the conversation",
+            "messages",
+        )
+    return min(wanted, left)
+
+
+def read_effort(field: Field) -> str | int | None:
+    """A reasoning effort: one of :data:`EFFORT_NAMES` or an integer budget 1-100."""
+    if not field.present:
+        return None
+    if isinstance(field.value, int) and not isinstance(field.value, bool):
+        effort = field.integer(minimum=1)
+        if effort > 100:
+            raise field.error("an integer effort must be 1-100")
+        return effort
+    return field.choice(EFFORT_NAMES)
+
+
+def read_switch(field: Field, *, adaptive: bool = False) -> bool | None:
+    """``{"type": "enabled" | "disabled"}`` (Anthropic also ``adaptive``); None when absent."""
+    if not field.present:
+        return None
+    allowed = ("enabled", "disabled", "adaptive") if adaptive else ("enabled", "disabled")
+    return field["type"].choice(allowed) != "disabled"
+
+
+def resolve_thinking(
+    switches: Sequence[tuple[bool | None, str]],
+    effort: str | int | None,
+    effort_param: str,
+    *,
+    default: bool,
+    dialect: Dialect,
+    notes: list[str],
+) -> tuple[bool, str | int | None]:
+    """Thinking mode and the effort for the renderer, by one precedence for every API.
+
+    1. The first thinking switch the request gives wins (``switches`` in order, e.g.
+       DeepSeek's ``thinking.type``, then ``chat_template_kwargs.thinking``).
+    2. Otherwise effort ``none`` means chat mode.
+    3. Otherwise the API's ``default``.
+
+    An effort ``none`` under a switch that turns thinking on means the default effort; an
+    effort in chat mode changes nothing; a dialect without effort levels (V3.2) sets the
+    effort aside (API clients send one on every request). Each of these is noted.
+    """
+    switch = next(((value, param) for value, param in switches if value is not None), None)
+    if switch is not None:
+        thinking = switch[0]
+    elif effort == "none":
+        thinking = False
+    else:
+        thinking = default
+    if effort == "none":
+        if thinking and switch is not None:
+            notes.append(f"{effort_param}: 'none' is overridden by {switch[1]}; default effort")
+        return thinking, None
+    if effort is not None and not thinking:
+        notes.append(f"{effort_param}: {effort!r} changes nothing in chat mode")
+    if effort is not None and not dialect.effort_tables:
+        notes.append(f"{effort_param}: {dialect.name} has no reasoning effort; {effort!r} ignored")
+        return thinking, None
+    return thinking, effort
+
+
+def note_ignored(root: Field, names: Sequence[str], notes: list[str]) -> None:
+    """Note the request fields among ``names`` that are accepted but change nothing."""
+    for name in names:
+        if root[name].present:
+            notes.append(f"{name}: accepted; changes nothing in the prompt")
 
 
 def call_id_factory(api: Api, token: Callable[[], str] | None = None) -> Callable[[], str]:
@@ -232,20 +415,6 @@ def request_root(body: Any) -> Field:
 def read_numbers(root: Field, names: Sequence[str]) -> dict[str, float | int]:
     """The numeric sampling fields among ``names`` that the request gives."""
     return {name: root[name].number() for name in names if root[name].present}
-
-
-def effort_for_dialect(
-    effort: str | int | None, dialect: Dialect, param: str, notes: list[str]
-) -> str | int | None:
-    """The requested effort, or ``None`` (with a note) on a dialect without effort levels.
-
-    API clients send an effort on every request (Claude Code does); a V3.2 model has no
-    effort levels, so the hint is set aside rather than failing the request.
-    """
-    if effort is not None and not dialect.effort_tables:
-        notes.append(f"{param}: {dialect.name} has no reasoning effort; {effort!r} ignored")
-        return None
-    return effort
 
 
 def read_stop(stop: Field) -> list[str]:

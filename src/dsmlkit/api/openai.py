@@ -10,17 +10,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from dsmlkit.api.common import (
-    EFFORT_NAMES,
     ChatRequest,
     ParseOptions,
     Usage,
     check_choice_has_tools,
     coalesce,
-    effort_for_dialect,
     named_choice,
+    note_ignored,
+    read_effort,
     read_numbers,
     read_stop,
+    read_switch,
     request_root,
+    resolve_thinking,
     response_diagnostics,
 )
 from dsmlkit.api.fields import Field
@@ -46,6 +48,8 @@ from dsmlkit.render.conversation import (
 )
 from dsmlkit.render.conversation import conversation as finish_conversation
 
+#: Fields accepted that change nothing in the prompt (listed in the render notes).
+IGNORED_FIELDS = ("metadata", "store", "user", "service_tier", "prompt_cache_key")
 SAMPLING_NUMBERS = (
     "temperature",
     "top_p",
@@ -70,8 +74,8 @@ def parse_openai_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT)
     model = root["model"].nonempty_string()
     resolved = resolve_dialect(dialect)
     notes: list[str] = []
-    thinking, effort = _thinking(root)
-    effort = effort_for_dialect(effort, resolved, "reasoning_effort", notes)
+    thinking, effort = _thinking(root, resolved, notes)
+    note_ignored(root, IGNORED_FIELDS, notes)
     conversation = finish_conversation(
         read_messages(body.get("messages"), notes),
         read_tools(body.get("tools"), "tools"),
@@ -105,6 +109,7 @@ def parse_openai_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT)
         ),
         stream=stream,
         include_usage=include_usage,
+        max_tokens=_max_tokens(root),
         sampling=_sampling(root),
     )
 
@@ -122,33 +127,31 @@ def _tool_choice(field: Field, tools: Sequence[Tool]) -> str | dict[str, Any]:
     return choice
 
 
-def _thinking(root: Field) -> tuple[bool, str | int | None]:
-    """Thinking mode and effort from ``reasoning_effort`` and the thinking switches."""
-    thinking = True
-    effort: str | int | None = None
-    field = root["reasoning_effort"]
-    if field.present:
-        if isinstance(field.value, int) and not isinstance(field.value, bool):
-            effort = field.integer(minimum=1)
-            if effort > 100:
-                raise field.error("an integer effort must be 1-100")
-        else:
-            name = field.choice(("none", "minimal", *EFFORT_NAMES))
-            thinking = name != "none"
-            effort = None if name == "none" else "low" if name == "minimal" else name
+def _thinking(root: Field, dialect: Dialect, notes: list[str]) -> tuple[bool, str | int | None]:
+    """Thinking mode and effort: ``thinking.type`` (DeepSeek's switch), then
+    ``chat_template_kwargs.thinking`` (vLLM's and SGLang's), then ``reasoning_effort``
+    ``none``; thinking mode by default, as DeepSeek's API."""
     kwargs = root["chat_template_kwargs"]
-    if kwargs.present and kwargs["thinking"].present:
-        thinking = kwargs["thinking"].boolean()
-        if thinking and field.value == "none":
-            raise kwargs["thinking"].error("contradicts reasoning_effort 'none' (chat mode)")
-    return thinking, effort
+    template_switch = kwargs["thinking"] if kwargs.present else kwargs
+    switches = [
+        (read_switch(root["thinking"]), "thinking.type"),
+        (
+            template_switch.boolean() if template_switch.present else None,
+            "chat_template_kwargs.thinking",
+        ),
+    ]
+    effort = read_effort(root["reasoning_effort"])
+    return resolve_thinking(
+        switches, effort, "reasoning_effort", default=True, dialect=dialect, notes=notes
+    )
 
 
 def _prefill(root: Field, conversation: Conversation) -> tuple[bool, bool]:
-    """``(add_generation_prompt, continue_final_message)``."""
+    """``(add_generation_prompt, continue_final_message)``; ``prefix: true`` on the final
+    assistant message (DeepSeek's chat prefix completion) continues it too."""
     cont = root["continue_final_message"]
     gen = root["add_generation_prompt"]
-    continue_final = cont.boolean() if cont.present else False
+    continue_final = (cont.boolean() if cont.present else False) or bool(conversation.prefix)
     if continue_final and conversation.messages[-1].role != "assistant":
         raise cont.error("needs the last message to be an assistant message to continue")
     add_generation = gen.boolean() if gen.present else not continue_final
@@ -157,14 +160,16 @@ def _prefill(root: Field, conversation: Conversation) -> tuple[bool, bool]:
     return add_generation, continue_final
 
 
-def _sampling(root: Field) -> dict[str, Any]:
-    sampling: dict[str, Any] = {}
+def _max_tokens(root: Field) -> int | None:
+    """``max_completion_tokens`` (OpenAI's current name) or else ``max_tokens``."""
     limit = root["max_completion_tokens"]
     if not limit.present:
         limit = root["max_tokens"]
-    if limit.present:
-        sampling["max_tokens"] = limit.integer(minimum=1)
-    sampling.update(read_numbers(root, SAMPLING_NUMBERS))
+    return limit.integer(minimum=1) if limit.present else None
+
+
+def _sampling(root: Field) -> dict[str, Any]:
+    sampling: dict[str, Any] = read_numbers(root, SAMPLING_NUMBERS)
     if root["stop"].present:
         sampling["stop"] = read_stop(root["stop"])
     if root["seed"].present:

@@ -228,7 +228,8 @@ class Conversation:
 
     @property
     def prefix(self) -> Message | None:
-        """The final assistant message the model continues, if the request marks one."""
+        """The final assistant message marked ``prefix`` (chat prefix completion): the
+        prompt ends with its text and the model continues it."""
         last = self.messages[-1]
         return last if last.prefix else None
 
@@ -269,6 +270,12 @@ def conversation(
             "response_format is given both on the request and on messages[0]; give it once",
             "response_format",
         )
+    for message in messages[:-1]:
+        if message.prefix:
+            raise InvalidRequest(
+                "prefix (chat prefix completion) belongs on the final assistant message only",
+                f"{message.param}.prefix",
+            )
     turns = _merge_assistants(messages)
     return Conversation(_answer_calls(turns), tuple(tools), response_format, tuple(notes))
 

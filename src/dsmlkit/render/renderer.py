@@ -67,8 +67,11 @@ class RenderResult:
     template placed (BOS, role tokens, ``<think>``, the ``｜DSML｜`` marker of markup the
     template wrote, …), False is any other text, above all everything that came from the
     caller. ``output_starts_in`` says whether the model's output begins inside reasoning
-    (the prompt ends with ``<think>``) or in content. ``notes`` reports things that were
-    rendered in a way worth knowing about.
+    (the prompt ends with ``<think>``) or in content. ``output_prefix`` is the end of the
+    prompt that belongs to the answer when a final message is continued (prefill, chat
+    prefix completion): the text a parser reads first, starting in ``output_starts_in``,
+    to be where the model is. ``notes`` reports things that were rendered in a way worth
+    knowing about.
     """
 
     prompt: str
@@ -77,6 +80,7 @@ class RenderResult:
     stop: tuple[str, ...]
     notes: tuple[str, ...]
     dialect: str
+    output_prefix: str = ""
 
 
 @dataclass(frozen=True)
@@ -210,7 +214,8 @@ def render_conversation(conversation: Conversation, options: RenderOptions) -> R
     """Render a checked conversation with ``options`` into the exact DeepSeek prompt."""
     resolved = options.dialect
     messages = list(conversation.messages)
-    if options.continue_final_message and messages[-1].role != "assistant":
+    continuing = options.continue_final_message or conversation.prefix is not None
+    if continuing and messages[-1].role != "assistant":
         raise InvalidRequest(
             "continue_final_message needs a final assistant message to continue", "messages"
         )
@@ -227,7 +232,6 @@ def render_conversation(conversation: Conversation, options: RenderOptions) -> R
             notes.append(
                 "drop_thinking is off: V4 and V4.1 keep all reasoning when tools are present"
             )
-    continuing = options.continue_final_message
     settings = _Options(
         dialect=resolved,
         thinking=options.thinking,
@@ -255,6 +259,7 @@ def render_conversation(conversation: Conversation, options: RenderOptions) -> R
         stop=(EOS,),
         notes=tuple(notes),
         dialect=resolved.name,
+        output_prefix=prompt[writer.prefix_start :] if writer.prefix_start >= 0 else "",
     )
 
 
@@ -313,6 +318,8 @@ class _Writer:
         self.notes = notes
         self.out = PromptBuilder()
         self.starts_in: StartIn = "content"
+        #: Where the continued final message's answer text starts in the prompt (-1: none).
+        self.prefix_start = -1
         self.tools_by_name: dict[str, Tool] = {
             tool.name: tool for message in conversation for tool in message.tools
         }
@@ -517,11 +524,15 @@ class _Writer:
         content = message.text()
         self.starts_in = "content"
         if with_reasoning:
+            if continuing:
+                self.prefix_start = self.out.length
             self.out.text(reasoning)
             if continuing and reasoning and not content and not message.tool_calls:
                 self.starts_in = "reasoning"
             else:
                 self.out.template(THINK_CLOSE)
+        if continuing and self.starts_in == "content":
+            self.prefix_start = self.out.length
         self.out.text(content)
         if message.tool_calls:
             self._calls_block(message)

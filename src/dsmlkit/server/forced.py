@@ -35,6 +35,7 @@ from dsmlkit.parse import (
     ToolCallEnd,
     ToolCallStart,
 )
+from dsmlkit.render import RenderResult
 from dsmlkit.render.builder import Piece, PromptBuilder
 from dsmlkit.render.tokens import PromptTokenizer
 
@@ -90,7 +91,7 @@ class CompletionsAnswer:
         self,
         req: ChatRequest,
         prompt: Prompt,
-        starts_in: str,
+        result: RenderResult,
         tokenizer: PromptTokenizer | None,
         make_body: BodyMaker,
     ) -> None:
@@ -100,7 +101,8 @@ class CompletionsAnswer:
         self._make_body = make_body
         self._one_call = one_call_only(req)
         self._opener = call_opener(self._dialect, forced_name(req)) if requires_call(req) else ()
-        self.parser = req.new_parser("reasoning" if starts_in == "reasoning" else "content")
+        starts_in = result.output_starts_in
+        self.parser = req.output_parser(result)
         self._fed: list[str] = []  # all text given to the parser (kept when one call only)
         self._stage: list[str] = []  # the engine's text in this upstream request
         self._call_seen = False

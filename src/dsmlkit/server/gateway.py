@@ -244,9 +244,7 @@ def _completions_plan(state: ServerState, api: Api, body: Any) -> _Plan:
             upstream_body["add_special_tokens"] = False  # the prompt already starts with BOS
         return upstream_body
 
-    answer = CompletionsAnswer(
-        req, prompt, prepared.result.output_starts_in, state.tokenizer, make_body
-    )
+    answer = CompletionsAnswer(req, prompt, prepared.result, state.tokenizer, make_body)
 
     def feed(choice: Mapping[str, Any]) -> list[Event]:
         text = choice.get("text")

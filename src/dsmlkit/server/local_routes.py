@@ -82,6 +82,9 @@ async def _render(request: Request, api: Api) -> dict[str, Any]:
     record = record_of(request)
     record.model = req.model
     notes = list(result.notes)
+    betas = request.headers.get("anthropic-beta")
+    if api == "anthropic" and betas:
+        notes.append(f"anthropic-beta ({betas}): accepted; changes nothing in the prompt")
     if prepared.token_ids is None:
         notes.append(f"token_ids is null: no tokenizer is loaded ({state.tokenizer_description})")
     else:

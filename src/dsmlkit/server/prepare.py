@@ -30,12 +30,19 @@ class Prepared:
     def sampling_params(self) -> dict[str, Any]:
         """Sampling parameters for an OpenAI ``/v1/completions`` engine.
 
-        The client's own parameters, its stop strings followed by the template's (EOS), and
+        The resolved ``max_tokens`` (always: an engine's own default may be as low as 16),
+        the client's own parameters, its stop strings followed by the template's (EOS), and
         the flags that keep special tokens in the output text.
         """
         stop = list(self.req.stop_sequences)
         stop += [text for text in self.result.stop if text not in stop]
-        return {**self.req.sampling, "stop": stop, **KEEP_SPECIAL_TOKENS}
+        prompt_tokens = len(self.token_ids) if self.token_ids is not None else None
+        return {
+            "max_tokens": self.req.resolved_max_tokens(prompt_tokens),
+            **self.req.sampling,
+            "stop": stop,
+            **KEEP_SPECIAL_TOKENS,
+        }
 
 
 def prepare(state: ServerState, api: Api, body: Any) -> Prepared:
