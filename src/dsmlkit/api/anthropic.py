@@ -9,7 +9,7 @@ api.md §2.4 (one block open at a time, strictly increasing indexes, no ``[DONE]
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from dsmlkit.api.common import (
     ChatRequest,
@@ -28,6 +28,7 @@ from dsmlkit.api.common import (
     response_diagnostics,
 )
 from dsmlkit.api.fields import Field
+from dsmlkit.api.sse import TextFrames, sse_anthropic
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.parse import (
     ArgumentsDelta,
@@ -468,13 +469,23 @@ def anthropic_response(
 
 
 StreamEvent = tuple[str, dict[str, Any]]
+_Out = TypeVar("_Out")
+#: The delta type of each block type, and the field that holds the delta's text.
+_DELTA_TYPES = {"text": "text_delta", "thinking": "thinking_delta", "tool_use": "input_json_delta"}
+_DELTA_FIELDS = {
+    "text_delta": "text",
+    "thinking_delta": "thinking",
+    "input_json_delta": "partial_json",
+}
 
 
 class AnthropicStream:
     """Parser events → Anthropic stream events ``(name, data)`` for one streamed message.
 
     Call :meth:`start`, then :meth:`feed` with each batch of parser events (including the
-    ``close()`` events), then :meth:`finish`. Frame each event with ``sse_anthropic``.
+    ``close()`` events), then :meth:`finish`; frame each event with ``sse_anthropic``. Or
+    call :meth:`start_sse`, :meth:`feed_sse` and :meth:`finish_sse`, which return those
+    frames (byte for byte) and build no event dict per text delta.
     ``usage`` given here is the prompt's (reported in ``message_start``); ``sign_thinking``
     as for :func:`anthropic_response`.
     """
@@ -492,10 +503,14 @@ class AnthropicStream:
         self._thinking: list[str] = []  # the open thinking block's text
         self._id = id
         self._prompt_usage = usage
-        self._collector = MessageCollector()
+        # Only calls, diagnostics and the finish reason are kept (text deltas are not):
+        # what finish() and diagnostics need.
+        self._outline = MessageCollector()
         self._message: ParsedMessage | None = None
         self._open: str | None = None  # type of the open block
         self._blocks = 0  # blocks started so far; the open one has index _blocks - 1
+        self._delta_types: list[str] = []  # of each block's text deltas, by block index
+        self._text_frames: TextFrames[int] = TextFrames(self._text_frame)
 
     def start(self) -> list[StreamEvent]:
         """``message_start``."""
@@ -513,30 +528,13 @@ class AnthropicStream:
 
     def feed(self, events: Sequence[Event]) -> list[StreamEvent]:
         """Stream events for a batch of parser events."""
-        self._collector.add(list(events))
-        out: list[StreamEvent] = []
-        for event in coalesce(events):
-            if isinstance(event, ReasoningDelta):
-                out += self._ensure_open("thinking", {"thinking": "", "signature": ""})
-                out.append(self._delta({"type": "thinking_delta", "thinking": event.text}))
-                self._thinking.append(event.text)
-            elif isinstance(event, ContentDelta):
-                out += self._ensure_open("text", {"text": ""})
-                out.append(self._delta({"type": "text_delta", "text": event.text}))
-            elif isinstance(event, ToolCallStart):
-                block = {"id": event.id, "name": event.name, "input": {}}
-                out += self._close() + self._open_block("tool_use", block)
-            elif isinstance(event, ArgumentsDelta):
-                out.append(self._delta({"type": "input_json_delta", "partial_json": event.text}))
-            elif isinstance(event, (ReasoningEnd, ToolCallEnd)):
-                out += self._close()
-        return out
+        return self._steps(events, self._delta, _same)
 
     def finish(
         self, usage: Usage | None = None, stop_sequence: str | None = None
     ) -> list[StreamEvent]:
         """Close the last block; then ``message_delta`` (stop reason, usage), ``message_stop``."""
-        self._message = self._collector.message()
+        self._message = self._outline.message()
         out = self._close()
         if not self._blocks:  # an empty completion still has one (empty) text block
             out += self._open_block("text", {"text": ""}) + self._close()
@@ -555,6 +553,18 @@ class AnthropicStream:
         out.append(("message_stop", {"type": "message_stop"}))
         return out
 
+    def start_sse(self) -> list[str]:
+        """:meth:`start` as SSE frames."""
+        return [sse_anthropic(name, data) for name, data in self.start()]
+
+    def feed_sse(self, events: Sequence[Event]) -> list[str]:
+        """:meth:`feed` as SSE frames."""
+        return self._steps(events, self._text_frames.frame, _framed)
+
+    def finish_sse(self, usage: Usage | None = None, stop_sequence: str | None = None) -> list[str]:
+        """:meth:`finish` as SSE frames."""
+        return [sse_anthropic(name, data) for name, data in self.finish(usage, stop_sequence)]
+
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         """The parser's diagnostics and tool_choice's report (after :meth:`finish`)."""
@@ -562,21 +572,59 @@ class AnthropicStream:
             raise RuntimeError("diagnostics are known after finish()")
         return response_diagnostics(self._message, self._req)
 
-    def _delta(self, delta: dict[str, Any]) -> StreamEvent:
-        data = {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}
-        return ("content_block_delta", data)
+    def _steps(
+        self,
+        events: Sequence[Event],
+        text_delta: Callable[[int, str], _Out],
+        other: Callable[[StreamEvent], _Out],
+    ) -> list[_Out]:
+        """A batch as stream events, each made by ``text_delta`` (block index, text) or
+        ``other`` (any event but a text delta)."""
+        out: list[_Out] = []
+        # A batch of one event (the usual streamed delta) has nothing to merge.
+        for event in events if len(events) == 1 else coalesce(events):
+            if isinstance(event, ContentDelta):
+                if not event.text:
+                    continue
+                if self._open != "text":
+                    out += map(other, self._close() + self._open_block("text", {"text": ""}))
+                out.append(text_delta(self._blocks - 1, event.text))
+            elif isinstance(event, ArgumentsDelta):
+                if event.text:
+                    out.append(text_delta(self._blocks - 1, event.text))
+            elif isinstance(event, ReasoningDelta):
+                if not event.text:
+                    continue
+                if self._open != "thinking":
+                    empty = {"thinking": "", "signature": ""}
+                    out += map(other, self._close() + self._open_block("thinking", empty))
+                out.append(text_delta(self._blocks - 1, event.text))
+                self._thinking.append(event.text)
+            else:
+                self._outline.add([event])
+                if isinstance(event, ToolCallStart):
+                    block = {"id": event.id, "name": event.name, "input": {}}
+                    out += map(other, self._close() + self._open_block("tool_use", block))
+                elif isinstance(event, (ReasoningEnd, ToolCallEnd)):
+                    out += map(other, self._close())
+        return out
+
+    def _delta(self, index: int, text: str) -> StreamEvent:
+        """The ``content_block_delta`` of one text delta to block ``index``."""
+        kind = self._delta_types[index]
+        return _block_delta(index, {"type": kind, _DELTA_FIELDS[kind]: text})
+
+    def _text_frame(self, index: int, text: str) -> str:
+        """The full frame of one text delta to block ``index``."""
+        return sse_anthropic(*self._delta(index, text))
 
     def _open_block(self, kind: str, fields: dict[str, Any]) -> list[StreamEvent]:
         self._open = kind
         self._blocks += 1
+        self._delta_types.append(_DELTA_TYPES[kind])
         block = {"type": kind, **fields}
         data = {"type": "content_block_start", "index": self._blocks - 1, "content_block": block}
         return [("content_block_start", data)]
-
-    def _ensure_open(self, kind: str, fields: dict[str, Any]) -> list[StreamEvent]:
-        if self._open == kind:
-            return []
-        return self._close() + self._open_block(kind, fields)
 
     def _close(self) -> list[StreamEvent]:
         if self._open is None:
@@ -586,7 +634,20 @@ class AnthropicStream:
             text = "".join(self._thinking)
             self._thinking.clear()
             signature = self._sign_thinking(text) if self._sign_thinking else THINKING_SIGNATURE
-            out.append(self._delta({"type": "signature_delta", "signature": signature}))
+            delta = {"type": "signature_delta", "signature": signature}
+            out.append(_block_delta(self._blocks - 1, delta))
         self._open = None
         stop = {"type": "content_block_stop", "index": self._blocks - 1}
         return [*out, ("content_block_stop", stop)]
+
+
+def _block_delta(index: int, delta: dict[str, Any]) -> StreamEvent:
+    return ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+
+
+def _same(event: StreamEvent) -> StreamEvent:
+    return event
+
+
+def _framed(event: StreamEvent) -> str:
+    return sse_anthropic(*event)

@@ -377,6 +377,9 @@ def coalesce(events: Sequence[Event]) -> list[Event]:
     Fewer, larger stream chunks; the concatenated text is unchanged. Empty deltas go.
     Each run is joined once, so the cost is linear in the text.
     """
+    if len(events) == 1:  # the usual batch of one streamed delta
+        event = events[0]
+        return [] if isinstance(event, _TEXT_EVENTS) and not event.text else [event]
     merged: list[Event] = []
     run: list[str] = []  # the texts merged[-1] stands for, while it is a text event
 

@@ -26,6 +26,7 @@ from dsmlkit.api.common import (
     response_diagnostics,
 )
 from dsmlkit.api.fields import Field
+from dsmlkit.api.sse import SSE_DONE, TextFrames, sse_openai
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.parse import (
     ArgumentsDelta,
@@ -222,18 +223,22 @@ def openai_response(
 
 
 class OpenAIStream:
-    """Parser events → ``chat.completion.chunk`` dicts for one streamed completion.
+    """Parser events → ``chat.completion.chunk`` dicts, or their SSE frames, for one completion.
 
     Call :meth:`start`, then :meth:`feed` with each batch of parser events (including the
-    ``close()`` events), then :meth:`finish`. Frame each chunk with ``sse_openai`` and end
-    with ``SSE_DONE``.
+    ``close()`` events), then :meth:`finish`; frame each chunk with ``sse_openai`` and end
+    with ``SSE_DONE``. Or call :meth:`start_sse`, :meth:`feed_sse` and :meth:`finish_sse`,
+    which return those frames (byte for byte) and build no chunk dict per text delta.
     """
 
     def __init__(self, req: ChatRequest, *, id: str, created: int) -> None:
         self._req = req
         self._head = {"id": id, "object": "chat.completion.chunk", "created": created}
-        self._collector = MessageCollector()
+        # Only calls, diagnostics and the finish reason are kept (text deltas are not):
+        # what finish() and diagnostics need.
+        self._outline = MessageCollector()
         self._message: ParsedMessage | None = None
+        self._text_frames: TextFrames[_TextKey] = TextFrames(self._text_frame)
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         chunk: dict[str, Any] = {
@@ -251,9 +256,10 @@ class OpenAIStream:
 
     def feed(self, events: Sequence[Event]) -> list[dict[str, Any]]:
         """Chunks for a batch of parser events."""
-        self._collector.add(list(events))
         chunks = []
         for event in coalesce(events):
+            if not isinstance(event, _TEXT_DELTAS):
+                self._outline.add([event])
             delta = _delta(event)
             if delta is not None:
                 chunks.append(self._chunk(delta))
@@ -261,7 +267,7 @@ class OpenAIStream:
 
     def finish(self, usage: Usage | None = None) -> list[dict[str, Any]]:
         """The finish chunk, then the usage chunk when the client asked for usage."""
-        self._message = self._collector.message()
+        self._message = self._outline.message()
         chunks = [self._chunk({}, self._message.finish_reason)]
         if self._req.include_usage:
             if usage is None:
@@ -276,12 +282,58 @@ class OpenAIStream:
             )
         return chunks
 
+    def start_sse(self) -> list[str]:
+        """:meth:`start` as SSE frames."""
+        return [sse_openai(chunk) for chunk in self.start()]
+
+    def feed_sse(self, events: Sequence[Event]) -> list[str]:
+        """:meth:`feed` as SSE frames."""
+        frames = []
+        frame = self._text_frames.frame
+        # A batch of one event (the usual streamed delta) has nothing to merge.
+        for event in events if len(events) == 1 else coalesce(events):
+            if isinstance(event, ContentDelta):
+                if event.text:
+                    frames.append(frame("content", event.text))
+            elif isinstance(event, ArgumentsDelta):
+                if event.text:
+                    frames.append(frame(event.index, event.text))
+            elif isinstance(event, ReasoningDelta):
+                if event.text:
+                    frames.append(frame("reasoning", event.text))
+            else:
+                self._outline.add([event])
+                delta = _delta(event)
+                if delta is not None:
+                    frames.append(sse_openai(self._chunk(delta)))
+        return frames
+
+    def finish_sse(self, usage: Usage | None = None) -> list[str]:
+        """:meth:`finish` as SSE frames, then ``SSE_DONE``."""
+        return [sse_openai(chunk) for chunk in self.finish(usage)] + [SSE_DONE]
+
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         """The parser's diagnostics and tool_choice's report (after :meth:`finish`)."""
         if self._message is None:
             raise RuntimeError("diagnostics are known after finish()")
         return response_diagnostics(self._message, self._req)
+
+    def _text_frame(self, key: _TextKey, text: str) -> str:
+        """The full frame of a text delta: ``key`` is its kind, or the index of its call."""
+        event: Event
+        if isinstance(key, int):
+            event = ArgumentsDelta(key, text)
+        else:
+            event = ContentDelta(text) if key == "content" else ReasoningDelta(text)
+        delta = _delta(event)
+        assert delta is not None
+        return sse_openai(self._chunk(delta))
+
+
+_TEXT_DELTAS = (ContentDelta, ReasoningDelta, ArgumentsDelta)
+#: The shape of a text delta's frame: "content", "reasoning", or the index of its call.
+_TextKey = str | int
 
 
 def _delta(event: Event) -> dict[str, Any] | None:

@@ -13,7 +13,6 @@ from typing import Any, Protocol
 from fastapi.responses import JSONResponse
 
 from dsmlkit.api import (
-    SSE_DONE,
     AnthropicStream,
     ChatRequest,
     OpenAIStream,
@@ -98,13 +97,13 @@ class _OpenAIFrames:
         self._stream = OpenAIStream(req, id=response_id, created=created)
 
     def start(self) -> list[str]:
-        return [sse_openai(chunk) for chunk in self._stream.start()]
+        return self._stream.start_sse()
 
     def feed(self, events: Sequence[Event]) -> list[str]:
-        return [sse_openai(chunk) for chunk in self._stream.feed(list(events))]
+        return self._stream.feed_sse(events)
 
     def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]:
-        return [sse_openai(chunk) for chunk in self._stream.finish(usage)] + [SSE_DONE]
+        return self._stream.finish_sse(usage)
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
@@ -124,14 +123,13 @@ class _AnthropicFrames:
         )
 
     def start(self) -> list[str]:
-        return [sse_anthropic(name, data) for name, data in self._stream.start()]
+        return self._stream.start_sse()
 
     def feed(self, events: Sequence[Event]) -> list[str]:
-        return [sse_anthropic(name, data) for name, data in self._stream.feed(list(events))]
+        return self._stream.feed_sse(events)
 
     def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]:
-        finished = self._stream.finish(usage, stop_sequence=stop_sequence)
-        return [sse_anthropic(name, data) for name, data in finished]
+        return self._stream.finish_sse(usage, stop_sequence=stop_sequence)
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
