@@ -40,7 +40,7 @@ from dsmlkit.api import (
 from dsmlkit.dialects import get_dialect
 from dsmlkit.parse import MessageCollector
 from dsmlkit.render import render
-from dsmlkit.render.tokens import MissingTokenWarning, load_tokenizer
+from dsmlkit.render.tokens import MissingTokenWarning, SegmentCache, load_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -389,38 +389,36 @@ def print_table(
         print(f"{label:<46}{ours * scale:12.3f}{theirs_text}{ratio(ours, theirs):>13}")
 
 
-def tokenize_figures(prompt: Any, repeats: int) -> list[tuple[str, float]]:
-    """Cold tokenization of the 200-turn prompt vs the follow-up (one more turn)."""
-    from dsmlkit.render.tokens import PromptTokenizer
+def tokenize_figures(
+    tools: list[dict[str, Any]], conversation: list[dict[str, Any]], repeats: int
+) -> list[tuple[str, float]]:
+    """Cold tokenization of the whole prompt vs the follow-up that extends the previous one.
 
-    rng_tools, rng_messages = prompt
+    The previous request is the conversation up to its last assistant turn; the follow-up
+    adds that turn, its tool results and the final user message.
+    """
     tokenizer = load_tokenizer()
-    source = tokenizer.source
-    last_turn = max(i for i, m in enumerate(rng_messages) if m["role"] == "assistant")
-    previous = render(rng_messages[:last_turn], rng_tools, dialect="v4.1", mode="thinking")
-    follow = render(rng_messages, rng_tools, dialect="v4.1", mode="thinking")
+    last_turn = max(i for i, m in enumerate(conversation) if m["role"] == "assistant")
+    previous = render(conversation[:last_turn], tools, dialect="v4.1", mode="thinking")
+    follow = render(conversation, tools, dialect="v4.1", mode="thinking")
 
-    def cold() -> object:
-        fresh = PromptTokenizer(Path(source).read_text("utf-8"), name="cold", source=source)
+    def encode(warm_with: Any | None) -> float:
+        tokenizer.cache = SegmentCache()
+        if warm_with is not None:
+            tokenizer.encode_prompt(warm_with)
         started = time.process_time()
-        fresh.encode_prompt(follow)
-        return time.process_time() - started
-
-    def follow_up() -> float:
-        fresh = PromptTokenizer(Path(source).read_text("utf-8"), name="warm", source=source)
-        fresh.encode_prompt(previous)
-        started = time.process_time()
-        fresh.encode_prompt(follow)
+        tokenizer.encode_prompt(follow)
         return time.process_time() - started
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MissingTokenWarning)
-        cold_s = min(float(cold()) for _ in range(repeats))  # type: ignore[arg-type]
-        follow_s = min(follow_up() for _ in range(repeats))
+        cold = min(encode(None) for _ in range(repeats))
+        follow_up = min(encode(previous) for _ in range(repeats))
         count = len(tokenizer.encode_prompt(follow))
+    tokenizer.cache = SegmentCache()
     return [
-        (f"tokenize cold ({count:,} tokens)", cold_s),
-        ("tokenize follow-up (previous + one turn)", follow_s),
+        (f"tokenize cold ({count:,} tokens)", cold),
+        ("tokenize follow-up (previous + one turn)", follow_up),
     ]
 
 
@@ -519,7 +517,7 @@ def main() -> None:
     print_table(title, "ms", 1e3, rows)
 
     token_rows = [
-        (label, s, None) for label, s in tokenize_figures((tools, conversation), args.repeats)
+        (label, s, None) for label, s in tokenize_figures(tools, conversation, args.repeats)
     ]
     print_table("tokenization, bundled V4 tokenizer", "ms", 1e3, token_rows)
     if peer.get("tokenize_error"):

