@@ -80,7 +80,7 @@ def test_anthropic_sse_equals_framed_events(
     tools = [{"name": "note", "input_schema": {"type": "object"}}]
     req = parse_anthropic_request({**body, "tools": tools, "stream": True})
     batches = _batches(req, _output(reasoning, content, value), seed)
-    sign = (lambda text: f"signed {text!r}") if signed else None  # noqa: E731
+    sign = (lambda text: f"signed {text!r}") if signed else None
     dicts = AnthropicStream(req, id="msg_1", usage=USAGE, sign_thinking=sign)
     frames = AnthropicStream(req, id="msg_1", usage=USAGE, sign_thinking=sign)
     expected = [sse_anthropic(name, data) for name, data in dicts.start()]
