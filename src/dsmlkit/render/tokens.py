@@ -213,7 +213,8 @@ class PromptTokenizer:
         missing = [text for text in texts if text not in known]
         if missing:
             batch = self._tokenizer.encode_batch_fast(missing, add_special_tokens=False)
-            fresh = {text: array("I", encoding.ids) for text, encoding in zip(missing, batch)}
+            pairs = zip(missing, batch, strict=True)
+            fresh = {text: array("I", encoding.ids) for text, encoding in pairs}
             self.cache.put_many(fresh)
             known.update(fresh)
         ids: list[int] = []
