@@ -39,7 +39,7 @@ from dsmlkit.api import (
 )
 from dsmlkit.dialects import get_dialect
 from dsmlkit.parse import MessageCollector
-from dsmlkit.render import render
+from dsmlkit.render import render, render_conversation
 from dsmlkit.render.tokens import MissingTokenWarning, SegmentCache, load_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -222,11 +222,11 @@ def whole_paths(case: dict[str, Any]) -> dict[str, Callable[[], object]]:
         return collector.message()
 
     def openai_body() -> str:
-        body = openai_response(parsed(chat), chat, id="chatcmpl-1", created=1, usage=usage)
+        body = openai_response(parsed(chat), chat.model, id="chatcmpl-1", created=1, usage=usage)
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
     def anthropic_body() -> str:
-        body = anthropic_response(parsed(messages), messages, id="msg_1", usage=usage)
+        body = anthropic_response(parsed(messages), messages.model, id="msg_1", usage=usage)
         return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
     return {"OpenAI Chat response": openai_body, "Anthropic Messages response": anthropic_body}
@@ -236,11 +236,11 @@ def render_paths(body_text: str) -> tuple[dict[str, Callable[[], object]], Any]:
     req = parse_openai_request(json.loads(body_text))
 
     def render_alone() -> Any:
-        return render(req.messages, req.tools, **req.render_kwargs)
+        return render_conversation(req.conversation, req.render)
 
     def convert_render() -> Any:
         converted = parse_openai_request(json.loads(body_text))
-        return render(converted.messages, converted.tools, **converted.render_kwargs)
+        return render_conversation(converted.conversation, converted.render)
 
     paths = {"render (converted once)": render_alone, "convert request + render": convert_render}
     return paths, render_alone()
