@@ -553,28 +553,27 @@ class _Writer:
 
     def _calls_block(self, message: Message) -> None:
         markup = self._markup
-        start = self.out.length
+        out = self.out
+        start = out.length
         holds_markup = False
-        self.out.template(markup.block_open)
+        out.template(markup.block_open)
         for i, call in enumerate(message.tool_calls):
-            self.out.template(markup.next_invoke_open if i else markup.invoke_open)
-            self.out.text(call.name)
-            self.out.template(markup.invoke_name_end)
-            for j, (key, value) in enumerate(call.arguments.items()):
+            out.template(markup.next_invoke_open if i else markup.invoke_open)
+            out.text(call.name)
+            opener, closer = markup.first_parameter_open, markup.invoke_close_bare
+            for key, value in call.arguments.items():
                 is_string = isinstance(value, str)
                 text = value if is_string else to_json(value)
                 if "DSML" in text:
                     holds_markup = True
                     self._note_closing_sequence(message, i, key, text)
-                self.out.template(markup.next_parameter_open if j else markup.parameter_open)
-                self.out.text(str(key))
-                self.out.template(markup.string_value if is_string else markup.json_value)
-                self.out.text(text)
-                self.out.template(markup.parameter_close)
-            self.out.template(markup.invoke_close)
-        self.out.template(markup.block_close)
+                out.template(opener)
+                out.text(f"{key}{markup.string_value if is_string else markup.json_value}{text}")
+                opener, closer = markup.next_parameter_open, markup.invoke_close
+            out.template(closer)
+        out.template(markup.block_close)
         if holds_markup:
-            self._read_backs.append(_ReadBack(message, start, self.out.length))
+            self._read_backs.append(_ReadBack(message, start, out.length))
 
     def _note_closing_sequence(self, message: Message, i: int, key: str, text: str) -> None:
         if self._closing_sequence.search(text):
@@ -587,35 +586,40 @@ class _Writer:
 
 @dataclass(frozen=True)
 class _Markup:
-    """The tool-call markup strings of one dialect, around the caller's names and values."""
+    """The tool-call markup strings of one dialect, around the caller's names and values.
+
+    Markup that always stands together is one string (one write): the end of the invoke
+    name with the first parameter's opening, a parameter's closing tag with the next one's
+    opening or with the invoke's closing tag.
+    """
 
     block_open: str
     invoke_open: str
     next_invoke_open: str
-    invoke_name_end: str
-    parameter_open: str
-    next_parameter_open: str
+    first_parameter_open: str  # '">' ending the invoke name, then the parameter opening
+    next_parameter_open: str  # the previous parameter's closing tag, then the opening
     string_value: str
     json_value: str
-    parameter_close: str
-    invoke_close: str
+    invoke_close: str  # the last parameter's closing tag, then the invoke's
+    invoke_close_bare: str  # an invoke without parameters: '">', then its closing tag
     block_close: str
 
     @classmethod
     def of(cls, dialect: Dialect) -> _Markup:
         invoke_open = f'<{MARKER}{dialect.invoke} name="'
         parameter_open = f'<{MARKER}{dialect.parameter} name="'
+        parameter_close = f"</{MARKER}{dialect.parameter}>"
+        invoke_close = f"\n</{MARKER}{dialect.invoke}>"
         return cls(
             block_open=f"\n\n<{MARKER}{dialect.block}>\n",
             invoke_open=invoke_open,
             next_invoke_open="\n" + invoke_open,
-            invoke_name_end='">\n',
-            parameter_open=parameter_open,
-            next_parameter_open="\n" + parameter_open,
+            first_parameter_open='">\n' + parameter_open,
+            next_parameter_open=f"{parameter_close}\n{parameter_open}",
             string_value='" string="true">',
             json_value='" string="false">',
-            parameter_close=f"</{MARKER}{dialect.parameter}>",
-            invoke_close=f"\n</{MARKER}{dialect.invoke}>",
+            invoke_close=parameter_close + invoke_close,
+            invoke_close_bare='">\n' + invoke_close,
             block_close=f"\n</{MARKER}{dialect.block}>",
         )
 
