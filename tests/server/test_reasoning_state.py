@@ -218,3 +218,14 @@ def test_remember_with_a_dead_store_returns_the_error_and_logs_once(
         anyio.run(twice)
     events = [r.getMessage() for r in caplog.records]
     assert len(events) == 1 and "state_store_unavailable" in events[0]
+
+
+def test_recall_gives_the_reasoning_of_known_call_ids() -> None:
+    mem = memory()
+
+    async def test() -> None:
+        await mem.remember(["call_1", "call_2"], "both")
+        await mem.remember(["call_3"], "")  # empty reasoning is not stored
+        assert await mem.recall(["call_2", "call_3", "call_9"]) == ({"call_2": "both"}, None)
+
+    anyio.run(test)

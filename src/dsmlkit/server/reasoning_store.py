@@ -112,6 +112,17 @@ class ReasoningMemory:
         self._recovered()
         return None
 
+    async def recall(self, call_ids: Iterable[str]) -> tuple[dict[str, str], str | None]:
+        """``({call id: reasoning} for the ids the store knows, store error)``; also for the
+        Responses API's reasoning items."""
+        ids = list(call_ids)
+        try:
+            found = await self.store.get_many(_KEY_PREFIX + call_id for call_id in ids)
+        except StateStoreUnavailable as exc:
+            return {}, self._failed(exc)
+        self._recovered()
+        return {i: found[_KEY_PREFIX + i] for i in ids if _KEY_PREFIX + i in found}, None
+
     async def restore(self, api: Api, body: Any) -> tuple[Any, int, str | None]:
         """``(body, turns restored, store error)``: the body with dropped reasoning put back.
 
@@ -124,18 +135,13 @@ class ReasoningMemory:
         turns = _dropped_turns(api, messages, self.signer)
         if not turns:
             return body, 0, None
-        keys = [_KEY_PREFIX + call_id for turn in turns for call_id in turn.call_ids]
-        try:
-            found = await self.store.get_many(keys)
-        except StateStoreUnavailable as exc:
-            return body, 0, self._failed(exc)
-        self._recovered()
+        found, error = await self.recall(call_id for turn in turns for call_id in turn.call_ids)
+        if error is not None:
+            return body, 0, error
         restored = list(messages)
         count = 0
         for turn in turns:
-            reasoning = next(
-                (found[k] for i in turn.call_ids if (k := _KEY_PREFIX + i) in found), None
-            )
+            reasoning = next((found[i] for i in turn.call_ids if i in found), None)
             if reasoning is not None:
                 restored[turn.index] = _with_reasoning(
                     api, messages[turn.index], reasoning, self.signer
