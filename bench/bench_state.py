@@ -1,0 +1,147 @@
+"""State-store benchmark: what the reasoning round trip costs a request, per store.
+
+For an agent-loop history of N assistant tool-call turns that all dropped their reasoning,
+it times :meth:`ReasoningMemory.restore` (one batched lookup, the body rebuilt) and
+:meth:`ReasoningMemory.remember` (one batched write), against the memory store, a SQLite
+file and a real Redis (a private ``redis-server`` on a free loopback port, when it is on
+PATH). The baseline is the same history with its reasoning kept (no lookup at all).
+A fixed number of rounds runs; the script stops by itself and prints its figures:
+
+    python bench/bench_state.py                 # 50 turns, 300 rounds
+    python bench/bench_state.py --turns 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner  # noqa: E402
+from dsmlkit.server.state_store import StateStore, open_store  # noqa: E402
+
+REASONING = "I should look at the file before editing it. " * 20  # ~900 characters
+
+
+def history(turns: int, keep_reasoning: bool) -> dict[str, Any]:
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the bug."}]
+    for turn in range(turns):
+        call_id = f"call_{turn:024d}"
+        call = {"id": call_id, "type": "function", "function": {"name": "read", "arguments": "{}"}}
+        assistant: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call]}
+        if keep_reasoning:
+            assistant["reasoning_content"] = REASONING
+        messages += [assistant, {"role": "tool", "tool_call_id": call_id, "content": "ok"}]
+    return {"model": "m", "messages": messages}
+
+
+async def timed(rounds: int, work: Callable[[], Awaitable[Any]]) -> list[float]:
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        await work()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def row(name: str, samples: list[float]) -> str:
+    samples.sort()
+    p50 = statistics.median(samples)
+    p99 = samples[int(len(samples) * 0.99) - 1]
+    return f"  {name:<34} p50 {p50:8.3f} ms   p99 {p99:8.3f} ms"
+
+
+async def bench_store(store: StateStore, turns: int, rounds: int) -> list[str]:
+    memory = ReasoningMemory(store, ThinkingSigner("bench"))
+    ids = [f"call_{turn:024d}" for turn in range(turns)]
+    for call_id in ids:
+        await memory.remember([call_id], REASONING)
+    dropped = history(turns, keep_reasoning=False)
+    restored, count, error = await memory.restore("openai", dropped)
+    assert (count, error) == (turns, None), (count, error)
+    assert restored["messages"][1]["reasoning_content"] == REASONING
+    kept = history(turns, keep_reasoning=True)
+    lines = [
+        row(
+            "restore, reasoning kept (baseline)",
+            await timed(rounds, lambda: memory.restore("openai", kept)),
+        ),
+        row(
+            f"restore {turns} dropped turns",
+            await timed(rounds, lambda: memory.restore("openai", dropped)),
+        ),
+        row(
+            "remember one answer (1 call)",
+            await timed(rounds, lambda: memory.remember(ids[:1], REASONING)),
+        ),
+    ]
+    await store.aclose()
+    return lines
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=300)
+    args = parser.parse_args()
+    print(
+        f"reasoning round trip: {args.turns} tool turns, {args.rounds} rounds, "
+        f"~{len(REASONING)} characters of reasoning each"
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        settings = ["memory", f"sqlite:{folder}/state.db"]
+        redis = None
+        binary = shutil.which("redis-server")
+        if binary:
+            port = free_port()
+            redis = subprocess.Popen(
+                [
+                    binary,
+                    "--port",
+                    str(port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                ],
+                stdout=subprocess.DEVNULL,
+            )
+            time.sleep(0.5)
+            settings.append(f"redis://127.0.0.1:{port}/0")
+        else:
+            print("  (redis-server is not on PATH: Redis skipped)")
+        try:
+            for setting in settings:
+                store = open_store(setting)
+                print(f"{store.description.split(':')[0]}:")
+                for line in await bench_store(store, args.turns, args.rounds):
+                    print(line)
+        finally:
+            if redis is not None:
+                redis.terminate()
+                redis.wait(5)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
