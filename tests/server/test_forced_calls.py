@@ -150,6 +150,15 @@ def test_thinking_mode_without_the_think_stop_still_gets_a_call(text_gateway: Ga
     assert answer.reasoning == "Hmm."
 
 
+def test_an_engine_that_answered_past_the_think_stop_is_not_asked_again(
+    text_gateway: Gateway,
+) -> None:
+    text_gateway.engine.push(Reply(text="Hmm.</think>It is sunny."))
+    answer = ask(text_gateway, "openai", False, thinking=True, **forced("openai", "required"))
+    assert (answer.content, answer.calls) == ("It is sunny.", [])
+    assert len(text_gateway.engine.requests) == 1
+
+
 def test_a_call_cut_off_in_reasoning_is_not_continued(text_gateway: Gateway) -> None:
     text_gateway.engine.push(Reply(text="Long thoughts", finish_reason="length"))
     answer = ask(text_gateway, "openai", False, thinking=True, **forced("openai", "required"))

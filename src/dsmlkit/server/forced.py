@@ -32,6 +32,7 @@ from dsmlkit.parse import (
     Diagnostic,
     Event,
     OutputEnd,
+    ReasoningEnd,
     ToolCallEnd,
     ToolCallStart,
 )
@@ -106,6 +107,7 @@ class CompletionsAnswer:
         self._fed: list[str] = []  # all text given to the parser (kept when one call only)
         self._stage: list[str] = []  # the engine's text in this upstream request
         self._call_seen = False
+        self._reasoning_ended = starts_in != "reasoning"
         self._prompt = prompt
         #: Reasoning first, then a second request that opens the call block.
         self._thinking_first = bool(self._opener) and starts_in == "reasoning"
@@ -125,10 +127,15 @@ class CompletionsAnswer:
         self, finish: str, stop_reason: str | None, completion_tokens: int
     ) -> tuple[list[Event], dict[str, Any] | None]:
         """After an upstream stream ended normally: events to add, and the next upstream
-        body (None: the answer is complete, close the parser)."""
+        body (None: the answer is complete, close the parser).
+
+        The second request of thinking mode follows only a normal stop while the answer is
+        still in reasoning with no call (an engine that ignored the ``</think>`` stop and
+        answered on is not asked again; the missing call is reported as usual).
+        """
         if finish != "stop" or stop_reason in self._req.stop_sequences:
             return [], None  # cut off, or the client's own stop string
-        if self._thinking_first and not self._call_seen:
+        if self._thinking_first and not (self._call_seen or self._reasoning_ended):
             return self._open_call_after_reasoning(completion_tokens)
         if self._one_call and self._inside_invoke():
             closers = f"{self._dialect.invoke_close()}\n{self._dialect.block_close()}"
@@ -156,7 +163,9 @@ class CompletionsAnswer:
         if self._one_call:
             self._fed.append(text)
         events = self.parser.feed(text)
-        self._call_seen = self._call_seen or any(isinstance(e, ToolCallStart) for e in events)
+        for event in events:
+            self._call_seen = self._call_seen or isinstance(event, ToolCallStart)
+            self._reasoning_ended = self._reasoning_ended or isinstance(event, ReasoningEnd)
         return events
 
     def _extended(self, pieces: Sequence[Piece]) -> Prompt:
