@@ -15,9 +15,7 @@ from dsmlkit.api.common import (
     ChatRequest,
     ParseOptions,
     Usage,
-    check_choice_has_tools,
     coalesce,
-    named_choice,
     note_ignored,
     read_effort,
     read_numbers,
@@ -45,12 +43,14 @@ from dsmlkit.parse import (
 )
 from dsmlkit.render import RenderOptions, resolve_dialect
 from dsmlkit.render.conversation import (
+    CHOICE_MODES,
     HistoryCall,
     ImagePart,
     Message,
     Part,
     TextPart,
     Tool,
+    ToolChoice,
     check_call_ids,
     tool,
     tool_name,
@@ -104,8 +104,8 @@ def parse_anthropic_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALE
     )
     reader.note_cached()
     note_ignored(root, IGNORED_FIELDS, notes)
-    conversation = finish_conversation(messages, tools, response_format, notes)
-    tool_choice, parallel = _tool_choice(root["tool_choice"], tools, server_tools)
+    tool_choice, parallel = _tool_choice(root["tool_choice"], server_tools)
+    conversation = finish_conversation(messages, tools, response_format, notes, tool_choice)
     prefill = conversation.messages[-1].role == "assistant"
     sampling.update(read_numbers(root, ("temperature", "top_p", "top_k")))
     if root["stop_sequences"].present:
@@ -122,7 +122,6 @@ def parse_anthropic_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALE
             continue_final_message=prefill,
         ),
         parse=ParseOptions(resolved, conversation.tools),
-        tool_choice=tool_choice,
         parallel_tool_calls=parallel,
         stream=root["stream"].boolean() if root["stream"].present else False,
         include_usage=True,
@@ -374,24 +373,20 @@ def read_anthropic_tools(
     return tools, server_tools
 
 
-def _tool_choice(
-    field: Field, tools: Sequence[Tool], server_tools: set[str]
-) -> tuple[str | dict[str, Any], bool]:
-    """``(tool_choice, parallel_tool_calls)`` in OpenAI terms."""
+def _tool_choice(field: Field, server_tools: set[str]) -> tuple[ToolChoice | None, bool]:
+    """``(tool_choice, parallel_tool_calls)``: ``any`` is ``required``, ``tool`` names one."""
     if not field.present:
-        return ("auto" if tools else "none"), True
+        return None, True
     kind = field["type"].choice(("auto", "any", "tool", "none"))
-    choice: str | dict[str, Any]
+    no_parallel = field["disable_parallel_tool_use"]
+    parallel = not (no_parallel.present and no_parallel.boolean())
     if kind == "tool":
         name = field["name"]
         if name.value in server_tools:
             raise name.error(f"names the server tool {name.value!r}, which dsmlkit does not run")
-        choice = named_choice(name, tools)
-    else:
-        choice = {"auto": "auto", "any": "required", "none": "none"}[kind]
-    check_choice_has_tools(choice, tools, field)
-    no_parallel = field["disable_parallel_tool_use"]
-    return choice, not (no_parallel.present and no_parallel.boolean())
+        return ToolChoice("required", name.nonempty_string(), name.path), parallel
+    mode = CHOICE_MODES["required" if kind == "any" else kind]
+    return ToolChoice(mode, param=field.path), parallel
 
 
 def _output_config(field: Field) -> tuple[str | int | None, dict[str, Any] | None]:

@@ -85,7 +85,6 @@ class ChatRequest:
     conversation: Conversation
     render: RenderOptions
     parse: ParseOptions
-    tool_choice: str | dict[str, Any]
     parallel_tool_calls: bool
     stream: bool
     include_usage: bool
@@ -133,7 +132,7 @@ class ChatRequest:
         """The request options in OpenAI chat-completion names (only those that apply)."""
         options: dict[str, Any] = {}
         if self.conversation.tools:
-            options["tool_choice"] = self.tool_choice
+            options["tool_choice"] = self.conversation.tool_choice.to_chat()
         if not self.parallel_tool_calls:
             options["parallel_tool_calls"] = False
         options["thinking"] = self.render.thinking
@@ -317,21 +316,21 @@ def check_tool_choice(req: ChatRequest, calls: Sequence[ToolCall]) -> tuple[Diag
     Calls are never dropped or changed: the caller logs these (or turns them into errors).
     """
     found: list[Diagnostic] = []
-    choice = req.tool_choice
-    if choice == "none" and calls:
+    choice = req.conversation.tool_choice
+    if choice.mode == "none" and calls:
         found.append(
             Diagnostic(
                 "tool_choice_none_violated", "tool_choice is none but the model called tools"
             )
         )
-    if choice != "none" and choice != "auto" and not calls:
+    if choice.mode == "required" and not calls:
         found.append(
             Diagnostic(
                 "tool_call_required_missing", "tool_choice requires a call; the model made none"
             )
         )
-    if isinstance(choice, dict):
-        wanted = choice["function"]["name"]
+    if choice.name is not None:
+        wanted = choice.name
         others = sorted({call.name for call in calls if call.name != wanted})
         if others:
             found.append(
@@ -425,17 +424,3 @@ def read_stop(stop: Field) -> list[str]:
     if isinstance(stop.value, str):
         return [stop.value]
     return [item.string() for item in stop.array()]
-
-
-def named_choice(name: Field, tools: Sequence[Tool]) -> dict[str, Any]:
-    """``{"type": "function", "function": {"name": …}}`` for a name that is a request tool."""
-    value = name.nonempty_string()
-    if value not in {tool.name for tool in tools}:
-        raise name.error(f"names the tool {value!r}, which is not in tools")
-    return {"type": "function", "function": {"name": value}}
-
-
-def check_choice_has_tools(choice: str | dict[str, Any], tools: Sequence[Tool], at: Field) -> None:
-    """A choice that demands a call needs tools to call."""
-    if choice not in ("auto", "none") and not tools:
-        raise at.error("requires a call but the request has no tools")

@@ -13,9 +13,7 @@ from dsmlkit.api.common import (
     ChatRequest,
     ParseOptions,
     Usage,
-    check_choice_has_tools,
     coalesce,
-    named_choice,
     note_ignored,
     read_effort,
     read_numbers,
@@ -41,8 +39,9 @@ from dsmlkit.parse import (
 )
 from dsmlkit.render import RenderOptions, resolve_dialect
 from dsmlkit.render.conversation import (
+    CHOICE_MODES,
     Conversation,
-    Tool,
+    ToolChoice,
     read_messages,
     read_response_format,
     read_tools,
@@ -82,8 +81,8 @@ def parse_openai_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT)
         read_tools(body.get("tools"), "tools"),
         read_response_format(body.get("response_format"), "response_format"),
         notes,
+        _tool_choice(root["tool_choice"]),
     )
-    tool_choice = _tool_choice(root["tool_choice"], conversation.tools)
     add_generation_prompt, continue_final_message = _prefill(root, conversation)
     if root["n"].present and root["n"].integer() != 1:
         raise root["n"].error("only n=1 is supported")
@@ -104,7 +103,6 @@ def parse_openai_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT)
             continue_final_message=continue_final_message,
         ),
         parse=ParseOptions(resolved, conversation.tools),
-        tool_choice=tool_choice,
         parallel_tool_calls=(
             root["parallel_tool_calls"].boolean() if root["parallel_tool_calls"].present else True
         ),
@@ -115,17 +113,15 @@ def parse_openai_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT)
     )
 
 
-def _tool_choice(field: Field, tools: Sequence[Tool]) -> str | dict[str, Any]:
+def _tool_choice(field: Field) -> ToolChoice | None:
+    """``none`` | ``auto`` | ``required`` | ``{"type": "function", "function": {"name"}}``."""
     if not field.present:
-        return "auto" if tools else "none"
-    choice: str | dict[str, Any]
+        return None
     if isinstance(field.value, str):
-        choice = field.choice(("none", "auto", "required"))
-    else:
-        field["type"].choice(("function",))
-        choice = named_choice(field["function"]["name"], tools)
-    check_choice_has_tools(choice, tools, field)
-    return choice
+        return ToolChoice(CHOICE_MODES[field.choice(CHOICE_MODES)], param=field.path)
+    field["type"].choice(("function",))
+    name = field["function"]["name"]
+    return ToolChoice("required", name.nonempty_string(), name.path)
 
 
 def _thinking(root: Field, dialect: Dialect, notes: list[str]) -> tuple[bool, str | int | None]:

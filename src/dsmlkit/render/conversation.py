@@ -200,19 +200,43 @@ def _collapse(parts: Sequence[Part]) -> str | list[dict[str, Any]]:
     return _parts_to_chat(parts)
 
 
+ChoiceMode = Literal["auto", "none", "required"]
+CHOICE_MODES: dict[str, ChoiceMode] = {"auto": "auto", "none": "none", "required": "required"}
+
+
+@dataclass(frozen=True)
+class ToolChoice:
+    """Whether the model may (``auto``), must (``required``) or must not (``none``) call
+    tools; ``name`` is the one tool a named choice requires (mode ``required``).
+
+    ``param`` is where the request gives it (for errors about it).
+    """
+
+    mode: ChoiceMode = "auto"
+    name: str | None = None
+    param: str = "tool_choice"
+
+    def to_chat(self) -> str | dict[str, Any]:
+        """OpenAI's spelling: ``"auto"`` … or ``{"type": "function", "function": {"name"}}``."""
+        if self.name is not None:
+            return {"type": "function", "function": {"name": self.name}}
+        return self.mode
+
+
 @dataclass(frozen=True)
 class Conversation:
     """A checked conversation: messages, the request's tools and response format, notes.
 
-    ``tools`` and ``response_format`` are the request-level ones; message-level ones stay
-    on their (system or developer) message. ``notes`` are things worth telling the caller
-    that were read in a way they might not expect.
+    ``tools``, ``tool_choice`` and ``response_format`` are the request-level ones;
+    message-level tools and formats stay on their (system or developer) message. ``notes``
+    are things worth telling the caller that were read in a way they might not expect.
     """
 
     messages: tuple[Message, ...]
     tools: tuple[Tool, ...] = ()
     response_format: Mapping[str, Any] | None = None
     notes: tuple[str, ...] = ()
+    tool_choice: ToolChoice = ToolChoice("none")
 
     def all_tools(self) -> tuple[Tool, ...]:
         """Every tool the conversation defines: the request's, then message-level ones."""
@@ -253,8 +277,10 @@ def conversation(
     tools: Sequence[Tool],
     response_format: Mapping[str, Any] | None,
     notes: Sequence[str],
+    tool_choice: ToolChoice | None = None,
 ) -> Conversation:
-    """Finish a conversation: merge consecutive assistant messages, match tool results.
+    """Finish a conversation: merge consecutive assistant messages, match tool results,
+    check the tool choice (None: ``auto`` with tools, else ``none``).
 
     An assistant message right after another is the same turn (clients such as Codex's
     chat mode send the text after the calls as a second message). A tool message answers
@@ -276,8 +302,19 @@ def conversation(
                 "prefix (chat prefix completion) belongs on the final assistant message only",
                 f"{message.param}.prefix",
             )
+    choice = _checked_choice(tool_choice, tools)
     turns = _merge_assistants(messages)
-    return Conversation(_answer_calls(turns), tuple(tools), response_format, tuple(notes))
+    return Conversation(_answer_calls(turns), tuple(tools), response_format, tuple(notes), choice)
+
+
+def _checked_choice(choice: ToolChoice | None, tools: Sequence[Tool]) -> ToolChoice:
+    if choice is None:
+        return ToolChoice("auto" if tools else "none")
+    if choice.name is not None and choice.name not in {tool.name for tool in tools}:
+        raise InvalidRequest(f"names the tool {choice.name!r}, which is not in tools", choice.param)
+    if choice.mode == "required" and not tools:
+        raise InvalidRequest("requires a call but the request has no tools", choice.param)
+    return choice
 
 
 def unique_tools(tools: Sequence[Tool]) -> tuple[Tool, ...]:

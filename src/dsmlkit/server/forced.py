@@ -50,18 +50,17 @@ Resume = Callable[[str, str | None, int], tuple[list[Event], dict[str, Any] | No
 
 def requires_call(req: ChatRequest) -> bool:
     """``tool_choice`` is ``required`` or names a function (and there are tools)."""
-    return bool(req.conversation.tools) and req.tool_choice not in ("auto", "none")
+    return bool(req.conversation.tools) and req.conversation.tool_choice.mode == "required"
 
 
 def forced_name(req: ChatRequest) -> str | None:
     """The function ``tool_choice`` names, if it names one."""
-    choice = req.tool_choice
-    return str(choice["function"]["name"]) if isinstance(choice, dict) else None
+    return req.conversation.tool_choice.name
 
 
 def one_call_only(req: ChatRequest) -> bool:
     """``parallel_tool_calls`` is false on a request that may call tools."""
-    may_call = bool(req.conversation.tools) and req.tool_choice != "none"
+    may_call = bool(req.conversation.tools) and req.conversation.tool_choice.mode != "none"
     return may_call and not req.parallel_tool_calls
 
 
