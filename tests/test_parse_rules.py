@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from dsmlkit.dialects import EOS, V4, Dialect
+from dsmlkit.errors import CallerError
 from dsmlkit.parse import (
     ArgumentsDelta,
     OutputEnd,
@@ -304,7 +305,7 @@ def test_invalid_json_under_string_false_is_kept_as_text() -> None:
     assert kinds(message) == ["invalid_json_value"]
 
 
-def test_duplicate_parameters_last_wins_and_is_recorded() -> None:
+def test_duplicate_parameters_first_wins_and_the_later_value_is_recorded() -> None:
     text = (
         '\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="f">\n'
         '<｜DSML｜parameter name="a" string="true">x</｜DSML｜parameter>\n'
@@ -312,8 +313,11 @@ def test_duplicate_parameters_last_wins_and_is_recorded() -> None:
         "</｜DSML｜invoke>\n</｜DSML｜tool_calls>"
     )
     message = both_modes(text)
-    assert calls_of(message) == [("f", {"a": "y"})]
-    assert kinds(message) == ["duplicate_parameter"]
+    assert calls_of(message) == [("f", {"a": "x"})]
+    assert message.calls[0].arguments_json == '{"a": "x"}'
+    [diagnostic] = message.diagnostics
+    assert (diagnostic.kind, diagnostic.text) == ("duplicate_parameter", "y")
+    assert "dropped" in diagnostic.message
 
 
 def test_json_object_body_with_closer_inside_a_string() -> None:
@@ -381,19 +385,32 @@ def test_stray_think_close_in_content_is_dropped() -> None:
 def test_feeding_after_close_raises() -> None:
     parser = Parser("v4")
     parser.close()
-    with pytest.raises(RuntimeError, match="after close"):
+    with pytest.raises(CallerError, match="after close"):
         parser.feed("x")
-    with pytest.raises(RuntimeError, match="twice"):
+    with pytest.raises(CallerError, match="twice"):
         parser.close()
 
 
 def test_bad_options_raise() -> None:
-    with pytest.raises(ValueError, match="unknown dialect"):
+    with pytest.raises(CallerError, match="unknown dialect"):
         Parser("v5")
-    with pytest.raises(ValueError, match="start_in"):
+    with pytest.raises(CallerError, match="start_in"):
         Parser("v4", start_in="thinking")  # type: ignore[arg-type]
-    with pytest.raises(TypeError):
+    with pytest.raises(CallerError, match="tools\\[0\\]"):
+        Parser("v4", tools=["not a tool"])  # type: ignore[list-item]
+    with pytest.raises(CallerError, match="takes str"):
         Parser("v4").feed(b"bytes")  # type: ignore[arg-type]
+
+
+def test_a_parser_that_raised_refuses_further_input() -> None:
+    parser = Parser("v4")
+    parser.feed("Hello ")
+    with pytest.raises(CallerError):
+        parser.feed(b"bytes")  # type: ignore[arg-type]
+    with pytest.raises(CallerError, match=r"earlier.*make a new Parser"):
+        parser.feed("world")
+    with pytest.raises(CallerError, match=r"earlier.*make a new Parser"):
+        parser.close()
 
 
 def test_arguments_json_is_valid_json_for_every_call() -> None:

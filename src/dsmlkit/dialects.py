@@ -25,6 +25,8 @@ from typing import Literal
 
 from dsmlkit.errors import InvalidRequest
 
+from dsmlkit.errors import CallerError
+
 #: The DSML marker as the tokenizer writes it (U+FF5C on both sides).
 MARKER = "｜DSML｜"
 #: The legacy ASCII spelling some deployments and fine-tunes emit.
@@ -378,4 +380,4 @@ def get_dialect(name: str | Dialect) -> Dialect:
         return DIALECTS[key]
     except KeyError:
         known = ", ".join(DIALECTS)
-        raise ValueError(f"unknown dialect {name!r}; use one of: {known}") from None
+        raise CallerError(f"unknown dialect {name!r}; use one of: {known}") from None

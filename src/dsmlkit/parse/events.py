@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
+from dsmlkit.errors import CallerError
+
 FinishReason = Literal["stop", "length", "tool_calls"]
 
 
@@ -187,7 +189,7 @@ class MessageCollector:
     def message(self) -> ParsedMessage:
         """The collected message; call after the parser's ``close()`` events were added."""
         if self._finish is None:
-            raise RuntimeError("the event stream has no OutputEnd yet: add the close() events")
+            raise CallerError("the event stream has no OutputEnd yet: add the close() events")
         return ParsedMessage(
             content="".join(self._content),
             reasoning="".join(self._reasoning),

@@ -1,4 +1,4 @@
-"""The incremental DSML parser.
+"""The incremental DSML parser: the markup state machine.
 
 Theory of operation
 ===================
@@ -9,7 +9,11 @@ nothing else will come, then finishes. The non-streaming :func:`parse` is the sa
 fed once. Everything the machine has not decided stays in the buffer (the *hold-back*);
 everything decided is consumed and turned into events at once.
 
-States (``_state``)::
+The machine is :class:`State` plus the handler of each state (``_HANDLERS``); a handler
+reads from ``_pos``, emits events, moves ``_pos`` and may change state (every change goes
+through ``_go``, checked against ``TRANSITIONS``). It returns False when it needs more text.
+
+::
 
     TEXT ──block opener + invoke follows──▶ BLOCK ◀──────────────┐
       │  (content or reasoning channel)       │ invoke opener    │ invoke closer
@@ -21,10 +25,15 @@ States (``_state``)::
     after the block closes: AFTER_BLOCK (text kept for a diagnostic, or a rewind)
     after EOS: DONE
 
+The machine finds markup only; what a call's arguments are is the business of
+:class:`~dsmlkit.parse.arguments.ArgumentsBuilder`, which it feeds (parameter opened, value
+text, closed, JSON body, call ended).
+
 Scanning is linear: text states and values jump between ``<`` characters with
 ``str.find``; at a ``<`` the :class:`~dsmlkit.parse.scanner.TagScanner` recognises at most
-one short tag. What is held back is bounded: up to two newlines (the ``\\n\\n`` before a
-block opener belongs to the markup), one tag, or a closer plus the tags that decide it.
+one tag of bounded length. What is held back is bounded: up to two newlines (the ``\\n\\n``
+before a block opener belongs to the markup), one tag, or a closer plus the tags that
+decide it (each gap at most :data:`MAX_FOLLOWER_GAP` whitespace characters).
 
 Structural closing tags (parsing.md §2). Inside a value only a parameter closer can end
 the value, and only when what follows it (after whitespace) is a complete parameter
@@ -32,13 +41,16 @@ opener, or an invoke closer that is itself followed by an invoke opener, the blo
 or the end of the output (a direct invoke's closer needs no follower). Anything else means
 the closer is value text. Until the followers arrive the closer is held back, in both
 modes alike. A block closer reached that way is *tentative*: the call stays open until
-``close()``; if the text after it ends with another closing sequence, the first one was
-value text and the parser rewinds to it (the only re-read, done once at the end).
+``close()``, and the rest of the output is kept. If the text after it ends with another
+closing sequence, the first one was value text. Every later tentative close shares that
+same end, so one rule settles them all in a single pass over the kept text (``_settle``):
+each is value text unless only whitespace follows it. ``length`` makes every one value
+text (the output was cut off).
 """
 
 from __future__ import annotations
 
-import json
+import enum
 import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping
@@ -46,8 +58,9 @@ from json.encoder import encode_basestring
 from typing import Any, Final, Literal
 
 from dsmlkit.dialects import EOS, Dialect, get_dialect
+from dsmlkit.errors import CallerError
+from dsmlkit.parse.arguments import ArgumentsBuilder, arguments_delta
 from dsmlkit.parse.events import (
-    ArgumentsDelta,
     ContentDelta,
     Diagnostic,
     Event,
@@ -57,19 +70,41 @@ from dsmlkit.parse.events import (
     ParsedMessage,
     ReasoningDelta,
     ReasoningEnd,
-    ToolCallEnd,
     ToolCallStart,
 )
 from dsmlkit.parse.scanner import PENDING, Grammar, Pending, Tag, TagKind, TagScanner
 
 StartIn = Literal["reasoning", "content"]
 
-_TEXT, _BLOCK, _INVOKE, _VALUE, _JSON_BODY, _DIRECT_DONE, _AFTER_BLOCK, _DONE = range(8)
+
+class State(enum.IntEnum):
+    """Where the machine is (see the module docstring)."""
+
+    TEXT = 0
+    BLOCK = 1
+    INVOKE = 2
+    VALUE = 3
+    JSON_BODY = 4
+    DIRECT_DONE = 5
+    AFTER_BLOCK = 6
+    DONE = 7
+
+
+_S = State
+#: Every state change the machine makes.
+TRANSITIONS: Final[dict[State, frozenset[State]]] = {
+    _S.TEXT: frozenset({_S.BLOCK, _S.INVOKE, _S.DONE}),
+    _S.BLOCK: frozenset({_S.INVOKE, _S.TEXT, _S.AFTER_BLOCK, _S.DONE}),
+    _S.INVOKE: frozenset({_S.VALUE, _S.JSON_BODY, _S.BLOCK, _S.DIRECT_DONE, _S.DONE}),
+    _S.VALUE: frozenset({_S.INVOKE, _S.BLOCK, _S.DIRECT_DONE, _S.AFTER_BLOCK, _S.DONE}),
+    _S.JSON_BODY: frozenset({_S.INVOKE}),
+    _S.DIRECT_DONE: frozenset({_S.TEXT}),
+    _S.AFTER_BLOCK: frozenset({_S.VALUE}),  # the rewind of a tentative block close
+    _S.DONE: frozenset(),
+}
 
 #: Whitespace allowed between a closer and the tag that decides it.
 MAX_FOLLOWER_GAP: Final = 512
-#: Parameter names whose lone object value is unwrapped when the tool does not declare them.
-_WRAPPER_NAMES = ("arguments", "input")
 
 _WS = re.compile(r"\s*")
 
@@ -99,25 +134,8 @@ _Follower = Tag | Pending | _EndOfOutput | _CutOff | str | None
 _Verdict = Tag | Pending | _EndOfOutput | None
 
 
-_new_object = object.__new__
-_set_delta_index = ArgumentsDelta.__dict__["index"].__set__  # the slot descriptors
-_set_delta_text = ArgumentsDelta.__dict__["text"].__set__
-
-
-def _arguments_delta(index: int, text: str) -> ArgumentsDelta:
-    """``ArgumentsDelta(index, text)`` at half the cost, for the per-delta hot path."""
-    event: ArgumentsDelta = _new_object(ArgumentsDelta)
-    _set_delta_index(event, index)
-    _set_delta_text(event, text)
-    return event
-
-
 def _default_id() -> str:
     return "call_" + secrets.token_hex(12)
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 def _tool_properties(tools: Iterable[Mapping[str, Any]] | None) -> dict[str, set[str]] | None:
@@ -126,48 +144,27 @@ def _tool_properties(tools: Iterable[Mapping[str, Any]] | None) -> dict[str, set
     table: dict[str, set[str]] = {}
     for index, tool in enumerate(tools):
         if not isinstance(tool, Mapping):
-            raise TypeError(f"tools[{index}] must be an object, got {type(tool).__name__}")
+            raise CallerError(f"tools[{index}] must be an object, got {type(tool).__name__}")
         function = tool.get("function", tool)
-        name = function.get("name")
+        name = function.get("name") if isinstance(function, Mapping) else None
         if not isinstance(name, str):
-            raise ValueError(f"tools[{index}] has no function name")
+            raise CallerError(f"tools[{index}] has no function name")
         schema = function.get("parameters") or function.get("input_schema") or {}
         properties = schema.get("properties") if isinstance(schema, Mapping) else None
         table[name] = set(properties) if isinstance(properties, Mapping) else set()
     return table
 
 
-class _Call:
-    """A tool call being parsed: its JSON text so far and the open parameter."""
+class _Settling:
+    """What ``_settle`` knows about the kept text while it reads it again."""
 
-    __slots__ = (
-        "body_json",
-        "declared",
-        "holding",
-        "id",
-        "index",
-        "name",
-        "param_count",
-        "param_is_string",
-        "param_name",
-        "param_names",
-        "param_raw",
-        "parts",
-    )
+    __slots__ = ("cut_off", "eos", "last_text", "sequence_start")
 
-    def __init__(self, index: int, call_id: str, name: str, declared: set[str] | None) -> None:
-        self.index = index
-        self.id = call_id
-        self.name = name
-        self.declared = declared
-        self.parts: list[str] = []
-        self.holding = False  # fragments kept back (all of ``parts``) until the call ends
-        self.param_count = 0
-        self.param_names: set[str] = set()
-        self.param_name = ""
-        self.param_is_string = True
-        self.param_raw: list[str] = []
-        self.body_json = False
+    def __init__(self, cut_off: bool) -> None:
+        self.cut_off = cut_off
+        self.eos = -1  # where the output ends (the first EOS at or after the reader)
+        self.last_text = 0  # end of the last non-whitespace character before ``eos``
+        self.sequence_start = -1  # start of the closing sequence ending there, or -1
 
 
 class Parser:
@@ -178,6 +175,10 @@ class Parser:
     when the prompt ended with ``<think>``, else ``"content"``. ``tools``: the request's
     tools (OpenAI or Anthropic style), used for the recoveries that need a schema.
     ``id_factory``: returns a fresh tool-call id (default ``call_`` + random hex).
+
+    ``work`` counts the characters handed to the machine: each delta plus whatever was
+    held back from before (read again), plus the text ``close()`` reads again. It stays
+    within a constant times the output's length whatever the output and the deltas.
     """
 
     def __init__(
@@ -190,27 +191,31 @@ class Parser:
         id_factory: Callable[[], str] | None = None,
     ) -> None:
         if start_in not in ("reasoning", "content"):
-            raise ValueError(f"start_in must be 'reasoning' or 'content', not {start_in!r}")
+            raise CallerError(f"start_in must be 'reasoning' or 'content', not {start_in!r}")
         self.dialect = get_dialect(dialect)
         self._scanner = TagScanner(Grammar.for_dialect(self.dialect, strict=strict))
         self._tools = _tool_properties(tools)
         self._new_id = id_factory or _default_id
+        self.work = 0
         self._buf = ""
         self._pos = 0
         self._out: list[Event] = []
         self._final = False
         self._closed = False
-        self._state = _TEXT
+        self._failed: str | None = None  # why an earlier call raised
+        self._state = State.TEXT
         self._reasoning = start_in == "reasoning"
         self._fresh = True  # nothing consumed yet (a leading <think> opens reasoning)
         self._in_block = False
         self._block_calls = 0
-        self._call: _Call | None = None
+        self._call: ArgumentsBuilder | None = None
         self._calls_ended = 0
         self._next_index = 0
         self._stray: list[str] = []  # unexpected text inside a block or invoke
         self._tail: list[str] = []  # text after the block (or after EOS)
         self._tentative: tuple[str, int] | None = None  # closing sequence, first closer length
+        self._settling: _Settling | None = None
+        self._body_raw: list[str] = []
         self._json_depth = 0
         self._json_in_string = False
         self._engine_finish: str | None = None
@@ -229,44 +234,64 @@ class Parser:
 
     def feed(self, text: str) -> list[Event]:
         """Consume one delta of model output; return the events it decided."""
-        if self._closed:
-            raise RuntimeError("Parser.feed() called after close(); make a new Parser")
+        if self._closed or self._failed is not None:
+            self._refuse("feed")
         if not isinstance(text, str):
-            raise TypeError(f"feed() takes str, not {type(text).__name__}")
+            self._failed = "an earlier feed() was given a non-str"
+            raise CallerError(f"feed() takes str, not {type(text).__name__}")
+        self.work += len(text)
         if not self._buf and "<" not in text and text:
             # Hot path: nothing held back and no tag can start in this delta.
             state = self._state
             call = self._call
-            if state == _VALUE and call is not None and call.param_is_string and not call.holding:
+            if state == State.VALUE and call is not None and call.live:
                 fragment = encode_basestring(text)[1:-1]
                 call.parts.append(fragment)
-                return [_arguments_delta(call.index, fragment)]
-            if state == _TEXT and text[-1] != "\n":
+                return [arguments_delta(call.index, fragment)]
+            if state == State.TEXT and text[-1] != "\n":
                 self._fresh = False
                 return [ReasoningDelta(text) if self._reasoning else ContentDelta(text)]
-        self._buf = self._buf[self._pos :] + text if self._pos else self._buf + text
-        self._pos = 0
-        self._run()
-        if self._pos == len(self._buf):
-            self._buf, self._pos = "", 0
-        out, self._out = self._out, []
-        return out
+        try:
+            self.work += len(self._buf) - self._pos
+            self._buf = self._buf[self._pos :] + text if self._pos else self._buf + text
+            self._pos = 0
+            self._run()
+            if self._pos == len(self._buf):
+                self._buf, self._pos = "", 0
+        except BaseException as error:
+            self._failed = f"an earlier feed() raised {type(error).__name__}"
+            raise
+        return self._take_events()
 
     def close(self, finish_reason: str | None = None) -> list[Event]:
         """End of output. ``finish_reason`` is the engine's (``"length"`` matters)."""
-        if self._closed:
-            raise RuntimeError("Parser.close() called twice")
-        self._final = True
-        self._engine_finish = finish_reason
-        self._run()
-        while self._state == _AFTER_BLOCK and self._tentative is not None:
-            if not self._settle_tentative(finish_reason):
-                break
+        if self._closed or self._failed is not None:
+            self._refuse("close")
+        try:
+            self._final = True
+            self._engine_finish = finish_reason
             self._run()
-        self._closed = True
-        self._finish(finish_reason)
+            if self._state == State.AFTER_BLOCK and self._tentative is not None:
+                self._settle(finish_reason == "length")
+            self._closed = True
+            self._finish(finish_reason)
+        except BaseException as error:
+            self._failed = f"an earlier close() raised {type(error).__name__}"
+            raise
+        return self._take_events()
+
+    def _take_events(self) -> list[Event]:
         out, self._out = self._out, []
+        if self._call is not None:
+            self._call.out = self._out
         return out
+
+    def _refuse(self, method: str) -> None:
+        if self._failed is not None:
+            raise CallerError(f"Parser.{method}() refused: {self._failed}; make a new Parser")
+        if method == "feed":
+            raise CallerError("Parser.feed() called after close(); make a new Parser")
+        raise CallerError("Parser.close() called twice; make a new Parser for the next output")
 
     # ------------------------------------------------------------------ the machine
 
@@ -274,6 +299,10 @@ class Parser:
         handlers = self._handlers
         while self._pos < len(self._buf) and handlers[self._state]():
             pass
+
+    def _go(self, state: State) -> None:
+        assert state in TRANSITIONS[self._state], (self._state, state)
+        self._state = state
 
     def _text(self) -> bool:
         buf, pos = self._buf, self._pos
@@ -317,10 +346,10 @@ class Parser:
             self._fresh = False
             if kind is TagKind.BLOCK_OPEN:
                 self._in_block, self._block_calls = True, 0
-                self._state = _BLOCK
+                self._go(State.BLOCK)
             else:
                 self._start_call(tag.name)
-                self._state = _INVOKE
+                self._go(State.INVOKE)
             self._pos = tag.end
             return True
         # Every other tag keeps the newlines before it as text.
@@ -337,7 +366,7 @@ class Parser:
             else:
                 self._emit_text(buf[lt : tag.end])
         elif kind is TagKind.EOS:
-            self._state = _DONE
+            self._go(State.DONE)
         elif kind is TagKind.PARAM_OPEN:
             self._emit_text(buf[lt : tag.end])
         else:
@@ -388,10 +417,8 @@ class Parser:
                 return False
             if isinstance(tag, Tag) and self._between_tags_tag(tag, in_invoke):
                 return True
-        elif (
-            in_invoke and buf[pos] == "{" and call is not None and not call.param_count
-        ) and not self._stray:
-            self._state = _JSON_BODY
+        elif in_invoke and buf[pos] == "{" and call is not None and not self._stray:
+            self._go(State.JSON_BODY)
             self._json_depth, self._json_in_string = 0, False
             return True
         lt = buf.find("<", pos + 1)
@@ -407,22 +434,22 @@ class Parser:
         if kind is TagKind.EOS:
             self._flush_stray()
             self._pos = tag.end
-            self._state = _DONE
+            self._go(State.DONE)
             return True
         if in_invoke and call is not None:
             if kind is TagKind.PARAM_OPEN:
                 self._flush_stray()
                 self._note_typo(tag)
-                self._open_param(call, tag.name, tag.is_string)
+                call.open_parameter(tag.name, tag.is_string)
                 self._pos = tag.end
-                self._state = _VALUE
+                self._go(State.VALUE)
                 return True
             if kind is TagKind.INVOKE_CLOSE:
                 self._flush_stray()
                 self._note_typo(tag)
                 self._end_call(call)
                 self._pos = tag.end
-                self._state = _BLOCK if self._in_block else _DIRECT_DONE
+                self._go(State.BLOCK if self._in_block else State.DIRECT_DONE)
                 return True
             if kind is TagKind.INVOKE_OPEN or kind is TagKind.BLOCK_CLOSE:
                 self._flush_stray()
@@ -432,7 +459,7 @@ class Parser:
                     "",
                 )
                 self._end_call(call)
-                self._state = _BLOCK if self._in_block else _DIRECT_DONE
+                self._go(State.BLOCK if self._in_block else State.DIRECT_DONE)
                 if self._in_block or kind is TagKind.INVOKE_OPEN:
                     return True  # the block/direct state handles the tag
                 self._diagnose("stray_closer", "dropped a block closer with no open block", "")
@@ -444,7 +471,7 @@ class Parser:
             self._note_typo(tag)
             self._start_call(tag.name)
             self._pos = tag.end
-            self._state = _INVOKE
+            self._go(State.INVOKE)
             return True
         if kind is TagKind.BLOCK_CLOSE:
             self._flush_stray()
@@ -462,10 +489,10 @@ class Parser:
         while True:
             lt = buf.find("<", search)
             if lt < 0:
-                self._value_text(call, buf[start:])
+                call.value_text(buf[start:])
                 self._pos = len(buf)
                 return False
-            tag = self._scan(buf, lt)
+            tag = self._scan(buf, lt, in_value=True)
             verdict: _Verdict = None
             if isinstance(tag, Tag):
                 if tag.kind is TagKind.PARAM_CLOSE:
@@ -480,7 +507,7 @@ class Parser:
             if verdict is None:  # value text
                 search = lt + 1
                 continue
-            self._value_text(call, buf[start:lt])
+            call.value_text(buf[start:lt])
             if verdict is PENDING:  # hold the rest until more text decides it
                 self._pos = lt
                 return False
@@ -492,16 +519,17 @@ class Parser:
                     f"parameter {tag.name!r}; closed it",
                     "",
                 )
-                self._close_param(call)
-                self._open_param(call, tag.name, tag.is_string)
+                call.close_parameter()
+                call.open_parameter(tag.name, tag.is_string)
                 start = search = self._pos = tag.end
                 continue
             if tag.kind is TagKind.EOS:
                 self._pos = tag.end
-                self._state = _DONE
+                self._go(State.DONE)
                 return True
-            self._apply_param_close(call, tag, verdict)
-            return True
+            if self._apply_param_close(call, tag, verdict):
+                return True
+            start, search = tag.start, tag.end  # the closer was value text after all
 
     def _judge_param_close(self, tag: Tag) -> _Verdict:
         """Does the parameter closer ``tag`` end the value? (parsing.md §2)
@@ -538,22 +566,40 @@ class Parser:
             return follower
         return None
 
-    def _apply_param_close(self, call: _Call, tag: Tag, decider: _Verdict) -> None:
-        """The parameter closer ``tag`` ends the value; ``decider`` says how far it reaches."""
-        self._note_typo(tag)
+    def _apply_param_close(self, call: ArgumentsBuilder, tag: Tag, decider: _Verdict) -> bool:
+        """The parameter closer ``tag`` ends the value; ``decider`` says how far it reaches.
+
+        False when the closer turns out to be value text (a tentative block close that
+        ``_settle`` decides at once).
+        """
         if isinstance(decider, Tag) and decider.kind is TagKind.BLOCK_CLOSE:
-            self._tentative = (self._buf[tag.start : decider.end], tag.end - tag.start)
+            settling = self._settling
+            if settling is None:
+                self._note_typo(tag)
+                self._tentative = (self._buf[tag.start : decider.end], tag.end - tag.start)
+                self._pos = decider.end
+                self._go(State.AFTER_BLOCK)
+                return True
+            if self._tentative_is_value_text(settling, decider.end):
+                self._closers_were_value_text(call, settling)
+                return False
+            self._note_typo(tag)
+            call.close_parameter()
+            self._end_call(call)
+            self._in_block = False
             self._pos = decider.end
-            self._state = _AFTER_BLOCK
-            return
-        self._close_param(call)
+            self._go(State.AFTER_BLOCK)
+            return True
+        self._note_typo(tag)
+        call.close_parameter()
         self._pos = tag.end
-        self._state = _INVOKE
+        self._go(State.INVOKE)
         if isinstance(decider, Tag) and decider.kind is TagKind.INVOKE_CLOSE:
             self._note_typo(decider)
             self._end_call(call)
             self._pos = decider.end
-            self._state = _BLOCK if self._in_block else _DIRECT_DONE
+            self._go(State.BLOCK if self._in_block else State.DIRECT_DONE)
+        return True
 
     def _json_body(self) -> bool:
         """A JSON-object invoke body; closers inside JSON strings are data."""
@@ -579,31 +625,21 @@ class Parser:
                 in_string = not in_string
             elif not in_string:
                 depth += 1 if char == "{" else -1
-        call.param_raw.append(buf[pos:i])
+        self._body_raw.append(buf[pos:i])
         self._pos = i
         self._json_depth, self._json_in_string = depth, in_string
         if depth:
             return False
-        raw = "".join(call.param_raw)
-        call.param_raw = []
-        try:
-            value = json.loads(raw, parse_constant=_reject_constant)
-        except ValueError:
-            value = None
-        if isinstance(value, dict):
-            call.body_json = True
-            self._emit_args(call, json.dumps(value, ensure_ascii=False))
-        else:
-            self._diagnose(
-                "invalid_json_body", f"call {call.name!r} has a body that is not a JSON object", raw
-            )
-        self._state = _INVOKE
+        raw = "".join(self._body_raw)
+        self._body_raw = []
+        call.body(raw)
+        self._go(State.INVOKE)
         return True
 
     def _direct_done(self) -> bool:
         self._pos = _skip_whitespace(self._buf, self._pos)
         if self._pos < len(self._buf):
-            self._state = _TEXT
+            self._go(State.TEXT)
             return True
         return False
 
@@ -614,16 +650,17 @@ class Parser:
 
     # ------------------------------------------------------------------ tags
 
-    def _scan(self, buf: str, start: int) -> Tag | Pending | _CutOff | None:
+    def _scan(self, buf: str, start: int, in_value: bool = False) -> Tag | Pending | _CutOff | None:
         """The tag at ``buf[start] == "<"``; at the end of a cut-off output, CUT_OFF."""
-        tag = self._scanner.scan(buf, start, False)
+        tag = self._scanner.scan(buf, start, False, in_value=in_value)
         if tag is PENDING and self._final:
             return CUT_OFF if self._engine_finish == "length" else None
         return tag
 
     def _follower(self, buf: str, start: int) -> _Follower:
         """What follows ``start`` after whitespace: a Tag, ``_BRACE``, ``_EOO``, None or PENDING."""
-        j = _skip_whitespace(buf, start)
+        match = _WS.match(buf, start, start + MAX_FOLLOWER_GAP + 1)
+        j = match.end() if match else start
         if j - start > MAX_FOLLOWER_GAP:
             return None
         if j >= len(buf):
@@ -641,165 +678,115 @@ class Parser:
 
     def _start_call(self, name: str) -> None:
         declared = None if self._tools is None else self._tools.get(name)
-        call = _Call(self._next_index, self._new_id(), name, declared)
+        call = ArgumentsBuilder(self._next_index, self._new_id(), name, declared, self._out)
         self._next_index += 1
         self._call = call
         if self._in_block:
             self._block_calls += 1
         self._out.append(ToolCallStart(call.index, call.id, name))
 
-    def _open_param(self, call: _Call, name: str, is_string: bool) -> None:
-        if name in call.param_names:
-            self._diagnose(
-                "duplicate_parameter",
-                f"parameter {name!r} of call {call.name!r} appears twice; the last value wins",
-                "",
-            )
-        if (
-            call.param_count == 0
-            and call.declared is not None
-            and name in _WRAPPER_NAMES
-            and name not in call.declared
-        ):
-            call.holding = True  # may be unwrapped when the call ends
-        elif call.holding:
-            self._release_held(call)
-        call.param_names.add(name)
-        call.param_name = name
-        call.param_is_string = is_string
-        call.param_raw = []
-        prefix = ", " if call.param_count else "{"
-        call.param_count += 1
-        quote = '"' if is_string else ""
-        self._emit_args(call, f"{prefix}{encode_basestring(name)}: {quote}")
-
-    def _value_text(self, call: _Call, text: str) -> None:
-        if not text:
-            return
-        if call.param_is_string:
-            self._emit_args(call, encode_basestring(text)[1:-1])
-        else:
-            call.param_raw.append(text)
-
-    def _close_param(self, call: _Call) -> None:
-        if call.param_is_string:
-            self._emit_args(call, '"')
-            return
-        raw = "".join(call.param_raw)
-        call.param_raw = []
-        try:
-            value = json.loads(raw, parse_constant=_reject_constant)
-            text = json.dumps(value, ensure_ascii=False)
-        except ValueError:
-            self._diagnose(
-                "invalid_json_value",
-                f'parameter {call.param_name!r} of call {call.name!r} is marked string="false" '
-                "but is not JSON; kept as a string",
-                raw,
-            )
-            text = encode_basestring(raw)
-        self._emit_args(call, text)
-
-    def _closes_by_declared_opener(self, call: _Call, name: str) -> bool:
+    def _closes_by_declared_opener(self, call: ArgumentsBuilder, name: str) -> bool:
         declared = call.declared
-        return declared is not None and name in declared and name not in call.param_names
+        return declared is not None and name in declared and call.is_unset(name)
 
-    def _emit_args(self, call: _Call, text: str) -> None:
-        call.parts.append(text)
-        if not call.holding:
-            self._out.append(_arguments_delta(call.index, text))
-
-    def _release_held(self, call: _Call) -> None:
-        call.holding = False
-        self._out.append(ArgumentsDelta(call.index, "".join(call.parts)))
-
-    def _end_call(self, call: _Call) -> None:
-        if not call.body_json:
-            self._emit_args(call, "}" if call.param_count else "{}")
-        text = "".join(call.parts)
-        arguments = json.loads(text) if text else {}
-        if call.holding:
-            inner = arguments.get(call.param_name) if len(arguments) == 1 else None
-            declared = call.declared or set()
-            if isinstance(inner, dict) and inner and set(inner) <= declared:
-                self._diagnose(
-                    "unwrapped_arguments",
-                    f"call {call.name!r} wrapped its arguments in an undeclared "
-                    f"{call.param_name!r} parameter; unwrapped",
-                    "",
-                )
-                arguments = inner
-                text = json.dumps(inner, ensure_ascii=False)
-                call.parts = [text]
-            self._release_held(call)
-        self._out.append(ToolCallEnd(call.index, call.id, call.name, arguments, text))
+    def _end_call(self, call: ArgumentsBuilder) -> None:
+        self._out.append(call.finish())
         self._calls_ended += 1
         self._call = None
 
     def _close_block(self) -> None:
         self._in_block = False
         if self._block_calls:
-            self._state = _AFTER_BLOCK
+            self._go(State.AFTER_BLOCK)
         else:
             self._diagnose("empty_block", "dropped an empty tool-call block", "")
-            self._state = _TEXT
+            self._go(State.TEXT)
 
     # ------------------------------------------------------------------ the end
 
-    def _settle_tentative(self, finish_reason: str | None) -> bool:
-        """Decide a tentative block close; True if the parser rewound and must run again.
+    def _settle(self, cut_off: bool) -> None:
+        """Decide the tentative block close, and any later one, in one pass.
 
         The close stands unless the output was cut off (``length``: the closers were value
         text and the call is partial) or the text after it ends with another closing
-        sequence (then the first one was value text).
+        sequence (then the first one was value text). Every later tentative close sees the
+        same end of the output, so while the kept text is read again each is decided at
+        once (``_tentative_is_value_text``); the text is read again at most once.
         """
         assert self._tentative is not None and self._call is not None
         sequence, first_closer = self._tentative
         self._tentative = None
         call = self._call
-        tail = "".join(self._tail)
-        before_eos = tail.split(EOS, 1)[0]
-        cut_off = finish_reason == "length"
-        if not cut_off and not (
-            before_eos.strip() and self._ends_with_closing_sequence(before_eos)
-        ):
-            self._close_param(call)
+        buf = sequence + "".join(self._tail)
+        self._tail = []
+        settling = _Settling(cut_off)
+        self._buf, self._pos = buf, 0
+        if not self._tentative_is_value_text(settling, len(sequence)):
+            call.close_parameter()
             self._end_call(call)
             self._in_block = False
-            return False
-        if not cut_off:
+            self._tail = [buf[len(sequence) :]]
+            self._buf, self._pos = "", 0
+            return
+        self.work += len(buf)
+        self._settling = settling
+        self._go(State.VALUE)  # the rewind: the first closer was value text
+        self._pos = first_closer
+        self._closers_were_value_text(call, settling, first_closer)
+        self._run()
+
+    def _tentative_is_value_text(self, settling: _Settling, end: int) -> bool:
+        """Is the closing sequence that ends at ``end`` of the kept text value text?"""
+        if settling.cut_off:
+            return True
+        buf = self._buf
+        if settling.eos < end:
+            eos = buf.find(EOS, end)
+            settling.eos = eos = len(buf) if eos < 0 else eos
+            last = eos
+            while last > end and buf[last - 1].isspace():
+                last -= 1
+            settling.last_text = last
+            settling.sequence_start = self._closing_sequence_start(buf, last)
+        if settling.last_text <= end:
+            return False  # only whitespace follows: the close stands
+        return 0 <= end <= settling.sequence_start
+
+    def _closers_were_value_text(
+        self, call: ArgumentsBuilder, settling: _Settling, first_closer: int | None = None
+    ) -> None:
+        """Record that a closing sequence was value text; its first closer joins the value."""
+        if not settling.cut_off:
             self._diagnose(
                 "closing_sequence_in_value",
                 f"parameter {call.param_name!r} of call {call.name!r} contains a whole closing "
                 "sequence followed by more text; kept it in the value",
                 "",
             )
-        # Rewind: the first closer was value text; read on from just after it.
-        self._value_text(call, sequence[:first_closer])
-        self._buf = sequence[first_closer:] + tail
-        self._pos = 0
-        self._tail = []
-        self._state = _VALUE
-        return True
+        if first_closer is not None:
+            call.value_text(self._buf[:first_closer])
 
-    def _ends_with_closing_sequence(self, text: str) -> bool:
-        """Does ``text`` end with parameter, invoke and block closers (whitespace between)?"""
-        end = len(text.rstrip())
+    def _closing_sequence_start(self, text: str, end: int) -> int:
+        """Start of the parameter, invoke and block closers (whitespace between) that end
+        ``text[:end]``, or -1."""
+        lt = end
         for kind in (TagKind.BLOCK_CLOSE, TagKind.INVOKE_CLOSE, TagKind.PARAM_CLOSE):
-            lt = text.rfind("<", 0, end)
+            lt = text.rfind("<", max(0, end - MAX_FOLLOWER_GAP - 512), end)
             if lt < 0:
-                return False
-            tag = self._scanner.scan(text, lt, True)
+                return -1
+            tag = self._scanner.scan(text, lt, True, in_value=kind is TagKind.PARAM_CLOSE)
             if not isinstance(tag, Tag) or tag.kind is not kind or tag.end != end:
-                return False
-            end = len(text[:lt].rstrip())
-        return True
+                return -1
+            end = lt
+            while end > 0 and text[end - 1].isspace():
+                end -= 1
+        return lt
 
     def _finish(self, finish_reason: str | None) -> None:
         self._flush_stray()
         call = self._call
         if call is not None:
-            partial = "".join(call.parts) + "".join(call.param_raw)
+            partial = call.partial_text() + "".join(self._body_raw)
             self._diagnose(
                 "truncated_call",
                 f"the output ended inside call {call.name!r}; it is not returned",
@@ -811,7 +798,7 @@ class Parser:
             else:
                 self._diagnose("empty_block", "dropped an empty tool-call block", "")
         tail = "".join(self._tail)
-        if self._state == _DONE:
+        if self._state == State.DONE:
             before_eos, after_eos = "", tail
         else:
             before_eos, _, after_eos = tail.partition(EOS)

@@ -12,9 +12,16 @@ anything else.
 
 The grammar is data built from a :class:`~dsmlkit.dialects.Dialect` and the ``strict``
 flag. Lenient (default): every dialect's tag names with 0–2 spaces after the marker,
-``｜``/``|`` markers with one or two bars, and the typos seen in the field (``toolcalls``,
-doubled bars, truncated closers such as ``</｜DSML｜inv>``), each flagged in ``Tag.typo``.
-Strict: only the configured dialect's names and spacing, with ``｜DSML｜`` or ``|DSML|``.
+``｜``/``|`` markers with one or two bars, and the spellings seen in the field, each
+flagged in ``Tag.typo``: ``toolcalls`` and other block-name drift (``tool_use``…), doubled
+bars, ``‖`` (U+2016) bars, spaces around the bars (``< | DSML | tool_calls>``), truncated
+closers such as ``</｜DSML｜inv>``, a block opener with no ``>`` (``<｜DSML｜tool_calls`` right
+before the next tag) and, inside a value only, a plain ``</parameter>``. Strict: only the
+configured dialect's names and spacing, with ``｜DSML｜`` or ``|DSML|``.
+
+A tag is at most :data:`MAX_TAG_LENGTH` characters; the answer depends only on the text
+within that window from the ``<`` (and on whether the text ends inside it), so a tag parses
+the same however the text was split.
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ from dsmlkit.dialects import ASCII_MARKER, DIALECTS, EOS, MARKER, THINK_CLOSE, T
 MAX_TAG_LENGTH: Final = 512
 
 _BARS = "｜|"
+_LENIENT_BARS = "｜|‖"
+#: Spaces accepted around the bars of a lenient marker (``< | DSML | …``).
+_MAX_MARKER_SPACES = 2
+_PLAIN_PARAM_CLOSE = "parameter>"
 
 
 class TagKind(enum.Enum):
@@ -114,6 +125,8 @@ _CLOSE_ATTRS = _attr_patterns(_END)
 _INVOKE_ATTRS = _attr_patterns(_NAME_ATTR + _END)
 _PARAM_ATTRS = _attr_patterns(_NAME_ATTR + _STRING_ATTR + _END)
 _LOOSE_PARAM_ATTRS = _attr_patterns([*_NAME_ATTR, _optional(_LOOSE_STRING_ATTR), *_END])
+# Lenient block openers may lack their '>' (group 1 is then None) when the next tag follows.
+_LOOSE_BLOCK_ATTRS = (re.compile(r"\s*(>)|\|?(?=\s*<)"), re.compile(r"\s*>?|\|\s*"))
 
 
 @dataclass(frozen=True)
@@ -144,7 +157,18 @@ class Grammar:
                 (known.parameter, _PARAM),
             )
         }
-        typos = {"toolcalls": _BLOCK, "functioncalls": _BLOCK}
+        typos = {
+            name: _BLOCK
+            for name in (
+                "toolcalls",
+                "functioncalls",
+                "tool_use",
+                "tool_call",
+                "function_call",
+                "tool_ccalls",
+                "tool_cs",
+            )
+        }
         return cls(names=names, typo_names=typos, spaces=(0, 1, 2), lenient=True)
 
 
@@ -173,21 +197,28 @@ class TagScanner:
     def __init__(self, grammar: Grammar) -> None:
         self._grammar = grammar
         self._all_names = {**grammar.names, **grammar.typo_names}
+        self._longest_name = max(map(len, self._all_names))
 
-    def scan(self, text: str, start: int, final: bool) -> Tag | Pending | None:
+    def scan(
+        self, text: str, start: int, final: bool, *, in_value: bool = False
+    ) -> Tag | Pending | None:
         """Recognise the tag at ``text[start] == "<"``.
 
-        ``final`` means no more text will come, so nothing is pending.
+        ``final`` means no more text will come, so nothing is pending. ``in_value``: the
+        ``<`` is inside a parameter value, where a lenient grammar also takes a plain
+        ``</parameter>`` as a parameter closer.
         """
-        result = self._scan(text, start)
-        if result is PENDING and (final or len(text) - start >= MAX_TAG_LENGTH):
+        limit = start + MAX_TAG_LENGTH
+        windowed = len(text) >= limit  # the window is complete: nothing can be pending
+        result = self._scan(text, start, min(len(text), limit), in_value)
+        if result is PENDING and (final or windowed):
             return None
         return result
 
-    def _scan(self, text: str, start: int) -> Tag | Pending | None:
-        n = len(text)
+    def _scan(self, text: str, start: int, n: int, in_value: bool) -> Tag | Pending | None:
+        """The tag in ``text[start:n]`` (``n`` is the end of the window)."""
         for literal, kind in _LITERALS:
-            piece = text[start : start + len(literal)]
+            piece = text[start : min(n, start + len(literal))]
             if piece == literal:
                 return Tag(kind, start, start + len(literal))
             if len(piece) < len(literal) and literal.startswith(piece):
@@ -198,12 +229,18 @@ class TagScanner:
         closing = text[i] == "/"
         if closing:
             i += 1
-        # The marker: |DSML| or ｜DSML｜ (lenient: one or two bars of either kind each side).
-        i, marker_typo = self._scan_marker(text, i)
+        # The marker: |DSML| or ｜DSML｜ (lenient: see _scan_lenient_marker).
+        mark = i
+        if self._grammar.lenient:
+            i, marker_typo = self._scan_lenient_marker(text, i, n)
+        else:
+            i, marker_typo = self._scan_marker(text, i, n)
         if i < 0:
+            if i == -2 and closing and in_value and self._grammar.lenient:
+                return self._plain_param_close(text, start, mark, n)
             return PENDING if i == -1 else None
         spaces = 0
-        while i < n and text[i] == " ":
+        while i < n and text[i] == " " and spaces <= 2:
             i += 1
             spaces += 1
         if i >= n:
@@ -211,7 +248,8 @@ class TagScanner:
         if spaces not in self._grammar.spaces:
             return None
         name_start = i
-        while i < n and (text[i].isalpha() or text[i] == "_"):
+        longest = name_start + self._longest_name
+        while i < n and i <= longest and (text[i].isalpha() or text[i] == "_"):
             i += 1
         word = text[name_start:i]
         if i >= n:
@@ -223,11 +261,13 @@ class TagScanner:
         kind = (_CLOSE_KIND if closing else _OPEN_KIND)[role]
         if kind is TagKind.PARAM_OPEN and self._grammar.lenient:
             full, prefix = _LOOSE_PARAM_ATTRS
+        elif kind is TagKind.BLOCK_OPEN and self._grammar.lenient:
+            full, prefix = _LOOSE_BLOCK_ATTRS
         else:
             full, prefix = _CLOSE_ATTRS if closing else _ATTRS[kind]
-        match = full.match(text, i)
+        match = full.match(text, i, n)
         if match is None:
-            return PENDING if prefix.fullmatch(text, i) else None
+            return PENDING if prefix.fullmatch(text, i, n) else None
         if kind is TagKind.PARAM_OPEN:
             name, flag = match.group(1), match.group(2)
             is_string = flag != "false"
@@ -236,40 +276,67 @@ class TagScanner:
                 typo = ", ".join(t for t in (typo, attribute) if t)
         else:
             name, is_string = (match.group(1) if kind is TagKind.INVOKE_OPEN else ""), True
+            if full is _LOOSE_BLOCK_ATTRS[0] and match.group(1) is None:
+                typo = ", ".join(t for t in (typo, "block opener without '>'") if t)
         typo = ", ".join(t for t in (marker_typo, typo) if t)
         return Tag(kind, start, match.end(), name, is_string, typo)
 
-    def _scan_marker(self, text: str, i: int) -> tuple[int, str]:
-        """Index after the marker (or -1 pending, -2 no marker) and a typo note."""
-        n = len(text)
-        if not self._grammar.lenient:
-            for marker in (MARKER, ASCII_MARKER):
-                piece = text[i : i + len(marker)]
-                if piece == marker:
-                    return i + len(marker), ""
-                if len(piece) < len(marker) and marker.startswith(piece):
-                    return -1, ""
+    @staticmethod
+    def _plain_param_close(text: str, start: int, i: int, n: int) -> Tag | Pending | None:
+        """A plain ``</parameter>`` inside a value (lenient grammars only)."""
+        piece = text[i : min(n, i + len(_PLAIN_PARAM_CLOSE))]
+        if piece == _PLAIN_PARAM_CLOSE:
+            end = i + len(piece)
+            return Tag(TagKind.PARAM_CLOSE, start, end, typo="plain '</parameter>' closer")
+        return PENDING if _PLAIN_PARAM_CLOSE.startswith(piece) else None
+
+    @staticmethod
+    def _scan_marker(text: str, i: int, n: int) -> tuple[int, str]:
+        """Strict: index after ``｜DSML｜`` or ``|DSML|`` (-1 pending, -2 no marker)."""
+        for marker in (MARKER, ASCII_MARKER):
+            piece = text[i : min(n, i + len(marker))]
+            if piece == marker:
+                return i + len(marker), ""
+            if len(piece) < len(marker) and marker.startswith(piece):
+                return -1, ""
+        return -2, ""
+
+    @staticmethod
+    def _scan_lenient_marker(text: str, i: int, n: int) -> tuple[int, str]:
+        """Lenient: one or two bars (``｜``, ``|`` or ``‖``) each side of ``DSML``, with up
+        to two spaces around each group of bars; index after it (-1 pending, -2 no marker)
+        and a typo note."""
+        j = _skip_spaces(text, i, n)
+        if j >= n:
+            return -1 if j - i <= _MAX_MARKER_SPACES else -2, ""
+        if j - i > _MAX_MARKER_SPACES:
             return -2, ""
-        j = i
-        while j < n and j - i < 2 and text[j] in _BARS:
+        lead_start = j
+        while j < n and j - lead_start < 2 and text[j] in _LENIENT_BARS:
             j += 1
-        lead = text[i:j]
-        if not lead:
-            return (-1, "") if j >= n else (-2, "")
-        body = text[j : j + 4]
-        if body != "DSML":
-            return (-1, "") if len(body) < 4 and "DSML".startswith(body) else (-2, "")
-        k = j + 4
-        while k < n and k - (j + 4) < 2 and text[k] in _BARS:
-            k += 1
-        trail = text[j + 4 : k]
-        if k >= n and len(trail) < 2:
-            return -1, ""
-        if not trail:
+        if j == lead_start:
             return -2, ""
-        marker = lead + "DSML" + trail
+        k = _skip_spaces(text, j, n)
+        if k - j > _MAX_MARKER_SPACES:
+            return -2, ""
+        body = text[k : min(n, k + 4)]
+        if body != "DSML":
+            return (-1 if len(body) < 4 and "DSML".startswith(body) else -2), ""
+        m = _skip_spaces(text, k + 4, n)
+        if m >= n:
+            return (-1 if m - k - 4 <= _MAX_MARKER_SPACES else -2), ""
+        if m - k - 4 > _MAX_MARKER_SPACES:
+            return -2, ""
+        trail_start = m
+        while m < n and m - trail_start < 2 and text[m] in _LENIENT_BARS:
+            m += 1
+        if m == trail_start:
+            return -2, ""
+        if m >= n and m - trail_start < 2:
+            return -1, ""
+        marker = text[i:m]
         typo = "" if marker in (MARKER, ASCII_MARKER) else f"marker spelled {marker!r}"
-        return k, typo
+        return m, typo
 
     def _classify_name(self, word: str, closing: bool) -> tuple[str | None, str]:
         role = self._grammar.names.get(word)
@@ -283,3 +350,11 @@ class TagScanner:
             if len(roles) == 1:
                 return roles.pop(), f"truncated closer {word!r}"
         return None, ""
+
+
+def _skip_spaces(text: str, i: int, n: int) -> int:
+    """Index after at most ``_MAX_MARKER_SPACES + 1`` spaces from ``i`` (bounded look)."""
+    stop = min(n, i + _MAX_MARKER_SPACES + 1)
+    while i < stop and text[i] == " ":
+        i += 1
+    return i
