@@ -22,10 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from dsmlkit.dialects import get_dialect
-from dsmlkit.parse import MessageCollector, Parser
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests.adversarial: the shapes the work-count test uses
+
+from tests.adversarial import SHAPES  # noqa: E402
+
+from dsmlkit.dialects import get_dialect  # noqa: E402
+from dsmlkit.parse import MessageCollector, Parser  # noqa: E402
+
 DELTA = 4
 KB = 1000
 TOOLS = [
@@ -109,6 +113,26 @@ def cli_cpu(path: Path, dialect: str) -> float:
     )  # fmt: skip
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def linearity(dialect: str, repeats: int, sizes: tuple[int, int] = (100 * KB, 400 * KB)) -> None:
+    """Print each adversarial shape's time growth exponent (whole and streamed)."""
+    d = get_dialect(dialect)
+    print(f"\nlinearity, {sizes[0] // KB} KB -> {sizes[1] // KB} KB (target exponent <= 1.1):")
+    print(f"{'shape':<30}{'whole exp':>10}{'stream exp':>11}{'stream s':>10}{'work/char':>10}")
+    for name, shape in SHAPES.items():
+        texts = [shape(d, size) for size in sizes]
+        ratio = math.log(len(texts[1]) / len(texts[0]))
+        row = f"{name:<30}"
+        for chunks in (False, True):
+            times = [best_of(repeats, t, dialect, chunked(t) if chunks else None) for t in texts]
+            exponent = math.log(max(times[1], 1e-6) / max(times[0], 1e-6)) / ratio
+            row += f"{exponent:>10.2f}" if not chunks else f"{exponent:>11.2f}{times[1]:>10.3f}"
+        parser = Parser(dialect)
+        for chunk in chunked(texts[1]):
+            parser.feed(chunk)
+        parser.close()
+        print(row + f"{parser.work / len(texts[1]):>10.1f}")
 
 
 PEER_DRIVER = r"""
@@ -211,7 +235,10 @@ def main() -> None:
         per = t_stream / len(chunks) * 1e6
         print(f"{name:<28}{t_stream:>12.4f}{per:>10.3f}{t_whole:>10.4f}")
 
-    # 3. Whole-process CPU of the CLI on a large input, minus start-up.
+    # 3. Linear on every input: growth exponents of the adversarial shapes.
+    linearity(dialect, args.repeats)
+
+    # 4. Whole-process CPU of the CLI on a large input, minus start-up.
     megabytes = args.cli_mb * 1000 * KB
     with tempfile.TemporaryDirectory() as tmp:
         empty = Path(tmp, "empty.txt")

@@ -107,6 +107,7 @@ class ArgumentsBuilder:
         "declared",
         "discarding",
         "had_body",
+        "has_member",
         "holding",
         "id",
         "index",
@@ -135,6 +136,7 @@ class ArgumentsBuilder:
         self.holding = False  # fragments kept back (all of ``parts``) until the call ends
         self.wrapper = ""
         self.had_body = False
+        self.has_member = False  # the emitted text holds a member (the next one needs ", ")
         self.param_name: str | None = None  # the open parameter
         self.is_string = True
         self.discarding = False  # the open parameter is a duplicate: its text is dropped
@@ -156,9 +158,8 @@ class ArgumentsBuilder:
                 self.holding, self.wrapper = True, name  # may be unwrapped when the call ends
         elif self.holding:
             self._release_held()
-        prefix = ", " if self.parts else "{"
         quote = '"' if is_string else ""
-        self.emit(f"{prefix}{encode_basestring(name)}: {quote}")
+        self.emit(f"{self._member_prefix()}{encode_basestring(name)}: {quote}")
         self.value_start = len(self.parts)
         self.live = is_string and not self.holding
 
@@ -177,14 +178,15 @@ class ArgumentsBuilder:
     def close_parameter(self) -> None:
         name = self.param_name
         assert name is not None
-        self.param_name, self.live = None, False
+        raw = "".join(self.raw)
+        self.param_name, self.live, self.raw = None, False, []
         if self.discarding:
             self.discarding = False
             self._diagnose(
                 "duplicate_parameter",
                 f"parameter {name!r} of call {self.name!r} appears again; kept its first "
                 "value and dropped this one (in text)",
-                "".join(self.raw),
+                raw,
             )
             return
         if self.is_string:
@@ -192,7 +194,6 @@ class ArgumentsBuilder:
             self.members[name] = json.loads('"' + encoded + '"')
             self.emit('"')
             return
-        raw = "".join(self.raw)
         decoded = decode_json(raw)
         if isinstance(decoded, str):
             self._diagnose(
@@ -228,6 +229,7 @@ class ArgumentsBuilder:
             self._release_held()
         if not self.parts:
             self.members.update(value)
+            self.has_member = bool(value)
             self.emit(text[:-1])  # the closing brace comes when the call ends
             return
         dropped = {}
@@ -236,7 +238,8 @@ class ArgumentsBuilder:
                 dropped[key] = member
                 continue
             self.members[key] = member
-            self.emit(f", {encode_basestring(key)}: {json.dumps(member, ensure_ascii=False)}")
+            prefix = self._member_prefix()
+            self.emit(f"{prefix}{encode_basestring(key)}: {json.dumps(member, ensure_ascii=False)}")
         if dropped:
             self._diagnose(
                 "duplicate_parameter",
@@ -276,6 +279,12 @@ class ArgumentsBuilder:
         self.parts.append(text)
         if not self.holding:
             self.out.append(arguments_delta(self.index, text))
+
+    def _member_prefix(self) -> str:
+        """What goes before the next member: the opening brace or a separator."""
+        prefix = ", " if self.has_member else ("" if self.parts else "{")
+        self.has_member = True
+        return prefix
 
     def _release_held(self) -> None:
         self.holding = False
