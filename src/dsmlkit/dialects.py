@@ -23,9 +23,7 @@ import functools
 from dataclasses import dataclass
 from typing import Literal
 
-from dsmlkit.errors import InvalidRequest
-
-from dsmlkit.errors import CallerError
+from dsmlkit.errors import CallerError, InvalidRequest
 
 #: The DSML marker as the tokenizer writes it (U+FF5C on both sides).
 MARKER = "｜DSML｜"
