@@ -37,6 +37,7 @@ from dsmlkit.api import (
     sse_openai,
 )
 from dsmlkit.dialects import V4_1
+from dsmlkit.errors import CallerError
 from dsmlkit.parse import MessageCollector, ParsedMessage, ToolCall
 from tests.helpers import random_chunks, write_block
 
@@ -252,7 +253,7 @@ def test_openai_usage_chunk_needs_usage() -> None:
     stream = OpenAIStream(openai_request(stream_options={"include_usage": True}), id="c", created=0)
     parser = openai_request().new_parser("content")
     stream.feed(parser.close())
-    with pytest.raises(ValueError, match="usage"):
+    with pytest.raises(CallerError, match="usage"):
         stream.finish()
 
 
@@ -371,7 +372,7 @@ def test_stream_reports_but_keeps_calls_beyond_disable_parallel_tool_use() -> No
 
 
 def test_diagnostics_before_finish_is_a_mistake() -> None:
-    with pytest.raises(RuntimeError):
+    with pytest.raises(CallerError, match="finish"):
         _ = OpenAIStream(openai_request(), id="c", created=0).diagnostics
 
 

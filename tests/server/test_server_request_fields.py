@@ -12,6 +12,7 @@ from dsmlkit.api.common import DEFAULT_MAX_TOKENS_CHAT, DEFAULT_MAX_TOKENS_THINK
 from tests.server.conftest import Gateway
 from tests.server.fake_engine import Reply
 from tests.test_captures import CAPTURES, capture_api, load
+from tests.test_request_model import TOOLS, codex_chat_turn
 
 ROUTES = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
 
@@ -82,3 +83,17 @@ def test_fields_without_effect_are_listed_in_the_notes(local_client: TestClient)
     notes = " | ".join(shown["notes"])
     for field in ("metadata", "context_management", "cache_control on 1 blocks", "anthropic-beta"):
         assert field in notes
+
+
+def test_codex_chat_mode_split_turn_goes_through_the_gateway(completions_gateway: Gateway) -> None:
+    body = {
+        "model": "m",
+        "messages": codex_chat_turn(),
+        "tools": TOOLS,
+        "thinking": {"type": "disabled"},
+    }
+    completions_gateway.engine.push(Reply(text="Done.", content="Done."))
+    with completions_gateway.http() as http:
+        response = http.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200
+    assert response.json()["choices"][0]["message"]["content"] == "Done."

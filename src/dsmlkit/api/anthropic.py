@@ -28,6 +28,7 @@ from dsmlkit.api.common import (
 from dsmlkit.api.fields import Field
 from dsmlkit.api.sse import TextFrames, sse_anthropic
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
+from dsmlkit.errors import CallerError
 from dsmlkit.parse import (
     ArgumentsDelta,
     ContentDelta,
@@ -564,7 +565,7 @@ class AnthropicStream:
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         """The parser's diagnostics and tool_choice's report (after :meth:`finish`)."""
         if self._message is None:
-            raise RuntimeError("diagnostics are known after finish()")
+            raise CallerError("diagnostics are known after finish(); call finish() first")
         return response_diagnostics(self._message, self._req)
 
     def _steps(

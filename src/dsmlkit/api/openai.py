@@ -26,6 +26,7 @@ from dsmlkit.api.common import (
 from dsmlkit.api.fields import Field
 from dsmlkit.api.sse import SSE_DONE, TextFrames, sse_openai
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
+from dsmlkit.errors import CallerError
 from dsmlkit.parse import (
     ArgumentsDelta,
     ContentDelta,
@@ -267,7 +268,7 @@ class OpenAIStream:
         chunks = [self._chunk({}, self._message.finish_reason)]
         if self._req.include_usage:
             if usage is None:
-                raise ValueError("this stream reports usage (include_usage): pass usage")
+                raise CallerError("this stream reports usage (include_usage): pass usage")
             chunks.append(
                 {
                     **self._head,
@@ -312,7 +313,7 @@ class OpenAIStream:
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         """The parser's diagnostics and tool_choice's report (after :meth:`finish`)."""
         if self._message is None:
-            raise RuntimeError("diagnostics are known after finish()")
+            raise CallerError("diagnostics are known after finish(); call finish() first")
         return response_diagnostics(self._message, self._req)
 
     def _text_frame(self, key: _TextKey, text: str) -> str:
