@@ -1,0 +1,130 @@
+"""Drive an engine's own serving classes with one model output, as its server does.
+
+vLLM: ``ParserManager.get_parser`` composes the named parsers; one instance adjusts the
+request (as ``OnlineRenderer`` does), a fresh one per response parses it, streamed
+through ``ChatStreamProcessor.step`` per detokenized delta, or whole through
+``Parser.parse`` (as ``OpenAIServingChat`` does).
+
+Each driver returns ``{"content", "reasoning", "calls": [{"name", "arguments"}]}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tests.engines.vectors import hf_tokenizer, parsed_arguments
+
+
+class StreamMerge:
+    """Adds up streamed deltas: text appended, tool calls merged by index."""
+
+    def __init__(self) -> None:
+        self.content: list[str] = []
+        self.reasoning: list[str] = []
+        self.names: dict[int, str] = {}
+        self.arguments: dict[int, list[str]] = {}
+
+    def add_text(self, content: str | None, reasoning: str | None) -> None:
+        if content:
+            self.content.append(content)
+        if reasoning:
+            self.reasoning.append(reasoning)
+
+    def add_call(self, index: int, name: str | None, arguments: str | None) -> None:
+        self.arguments.setdefault(index, [])
+        if name and not self.names.get(index):
+            self.names[index] = name
+        if arguments:
+            self.arguments[index].append(arguments)
+
+    def result(self) -> dict[str, Any]:
+        return {
+            "content": "".join(self.content),
+            "reasoning": "".join(self.reasoning),
+            "calls": [
+                {"name": self.names.get(i, ""), "arguments": parsed_arguments("".join(parts))}
+                for i, parts in sorted(self.arguments.items())
+            ],
+        }
+
+
+def vllm_parser_class(tool_parser: str, reasoning_parser: str | None = None) -> Any:
+    """The Parser class ``vllm serve`` builds for these flags (after plugins load)."""
+    from vllm.parser.parser_manager import ParserManager
+    from vllm.plugins import load_general_plugins
+
+    load_general_plugins()
+    return ParserManager.get_parser(
+        tool_parser_name=tool_parser,
+        reasoning_parser_name=reasoning_parser or tool_parser,
+        enable_auto_tools=True,
+        model_name="deepseek",
+        tokenizer=hf_tokenizer(),
+    )
+
+
+def vllm_request(
+    parser_cls: Any, tools: list[dict[str, Any]], thinking: bool, **fields: Any
+) -> Any:
+    """A chat request with the tools, adjusted by the parser as vLLM's renderer does."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    request = ChatCompletionRequest(
+        model="deepseek",
+        messages=[{"role": "user", "content": "hi"}],
+        tools=tools,
+        chat_template_kwargs={"thinking": thinking},
+        **fields,
+    )
+    adjusting = parser_cls(
+        hf_tokenizer(), request.tools, chat_template_kwargs=request.chat_template_kwargs
+    )
+    return adjusting.adjust_request(request)
+
+
+def vllm_stream(
+    parser_cls: Any,
+    request: Any,
+    deltas: Sequence[tuple[str, list[int]]],
+    prompt_token_ids: list[int],
+) -> dict[str, Any]:
+    from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamProcessor
+
+    parser = parser_cls(
+        hf_tokenizer(), request.tools, chat_template_kwargs=request.chat_template_kwargs
+    )
+    processor = ChatStreamProcessor(request, parser, enable_auto_tools=True, parser_cls=parser_cls)
+    merge = StreamMerge()
+    for i, (text, ids) in enumerate(deltas):
+        last = i == len(deltas) - 1
+        delta, _ = processor.step(text, ids, "stop" if last else None, prompt_token_ids)
+        if delta is None:
+            continue
+        merge.add_text(delta.content, delta.reasoning)
+        for call in delta.tool_calls or []:
+            function = call.function
+            merge.add_call(
+                call.index,
+                function.name if function else None,
+                function.arguments if function else None,
+            )
+    return merge.result()
+
+
+def vllm_whole(
+    parser_cls: Any, request: Any, text: str, prompt_token_ids: list[int]
+) -> dict[str, Any]:
+    parser = parser_cls(
+        hf_tokenizer(), request.tools, chat_template_kwargs=request.chat_template_kwargs
+    )
+    parser.set_prompt_token_ids(prompt_token_ids)
+    reasoning, content, calls = parser.parse(text, request, enable_auto_tools=True)
+    return {
+        "content": content or "",
+        "reasoning": reasoning or "",
+        "calls": [
+            {"name": call.name, "arguments": parsed_arguments(call.arguments)}
+            for call in calls or []
+        ],
+    }
