@@ -79,10 +79,13 @@ def dsmlkit_answer(vector: dict[str, Any]) -> dict[str, Any]:
 
 @cache
 def hf_tokenizer() -> Any:
-    """The bundled DeepSeek V4 tokenizer as a transformers fast tokenizer (vLLM's kind)."""
+    """The bundled DeepSeek V4 tokenizer as vLLM serves one (a cached transformers one)."""
     from transformers import PreTrainedTokenizerFast
+    from vllm.tokenizers.hf import get_cached_tokenizer
 
-    return PreTrainedTokenizerFast(tokenizer_file=str(bundled_tokenizer_path()))
+    return get_cached_tokenizer(
+        PreTrainedTokenizerFast(tokenizer_file=str(bundled_tokenizer_path()))
+    )
 
 
 def token_deltas(

@@ -20,6 +20,7 @@ declared ``strict``, constrains decoding with dsmlkit's structural tag
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 from collections.abc import Sequence
@@ -110,6 +111,13 @@ def _delta(events: Sequence[Event]) -> DeltaMessage | None:
     )
 
 
+@functools.lru_cache(maxsize=8)
+def _think_token_ids(tokenizer: Any) -> tuple[int | None, int | None]:
+    """The ids of ``<think>`` and ``</think>`` (looked up once per tokenizer)."""
+    vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
+    return vocab.get(THINK_OPEN), vocab.get(THINK_CLOSE)
+
+
 class DsmlkitReasoningParser(ReasoningParser):
     """Reasoning up to where dsmlkit ends it (``</think>`` or a call opened in reasoning)."""
 
@@ -119,9 +127,7 @@ class DsmlkitReasoningParser(ReasoningParser):
     def __init__(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(tokenizer, *args, **kwargs)
         self._thinking = thinking_requested(kwargs.get("chat_template_kwargs"))
-        vocab = tokenizer.get_vocab() if hasattr(tokenizer, "get_vocab") else {}
-        self._start_id: int | None = vocab.get(THINK_OPEN)
-        self._end_id: int | None = vocab.get(THINK_CLOSE)
+        self._start_id, self._end_id = _think_token_ids(tokenizer)
         self._split: ReasoningSplit | None = ReasoningSplit(self.dialect)
         self._ended = False
         self._after: str | None = None
