@@ -128,3 +128,81 @@ def vllm_whole(
             for call in calls or []
         ],
     }
+
+
+def sglang_register() -> None:
+    """Run SGLang's general plugins (dsmlkit's entry point among them)."""
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+
+
+def sglang_request(tools: list[dict[str, Any]], thinking: bool, **fields: Any) -> Any:
+    from sglang.srt.entrypoints.openai.protocol import ChatCompletionRequest
+
+    return ChatCompletionRequest(
+        model="deepseek",
+        messages=[{"role": "user", "content": "hi"}],
+        tools=tools,
+        chat_template_kwargs={"thinking": thinking},
+        **fields,
+    )
+
+
+def sglang_stream(
+    name: str, request: Any, deltas: Sequence[tuple[str, list[int]]], thinking: bool
+) -> dict[str, Any]:
+    """As ``OpenAIServingChat`` streams: reasoning parser first, its normal text to the
+    function-call parser, both flushed on the finishing chunk."""
+    from sglang.srt.function_call.function_call_parser import FunctionCallParser
+    from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+    reasoning_parser = ReasoningParser(
+        name, request.stream_reasoning, thinking, request, tokenizer=hf_tokenizer()
+    )
+    tool_parser = FunctionCallParser(
+        tools=request.tools, tool_call_parser=name, tokenizer=hf_tokenizer()
+    )
+    merge = StreamMerge()
+    for i, (text, _) in enumerate(deltas):
+        final = i == len(deltas) - 1
+        reasoning, normal = reasoning_parser.parse_stream_chunk(text)
+        if final:
+            end_reasoning, end_normal = reasoning_parser.parse_stream_end()
+            reasoning = (reasoning or "") + (end_reasoning or "")
+            normal = (normal or "") + (end_normal or "")
+        merge.add_text(None, reasoning)
+        normal, calls = tool_parser.parse_stream_chunk(normal or "")
+        if final:
+            end_text, end_calls = tool_parser.parse_stream_end()
+            normal, calls = (normal or "") + end_text, list(calls) + end_calls
+        merge.add_text(normal, None)
+        for call in calls:
+            merge.add_call(call.tool_index, call.name, call.parameters)
+    return merge.result()
+
+
+def sglang_whole(name: str, request: Any, text: str, thinking: bool) -> dict[str, Any]:
+    """As ``OpenAIServingChat`` answers a non-streamed request."""
+    from sglang.srt.function_call.function_call_parser import FunctionCallParser
+    from sglang.srt.parser.reasoning_parser import ReasoningParser
+
+    reasoning_parser = ReasoningParser(
+        model_type=name,
+        stream_reasoning=False,
+        force_reasoning=thinking,
+        request=request,
+        tokenizer=hf_tokenizer(),
+    )
+    reasoning, text = reasoning_parser.parse_non_stream(text)
+    tool_parser = FunctionCallParser(
+        request.tools, name, tokenizer=hf_tokenizer(), tool_choice=request.tool_choice
+    )
+    calls: list[Any] = []
+    if tool_parser.has_tool_call(text):
+        text, calls = tool_parser.parse_non_stream(text)
+    return {
+        "content": text or "",
+        "reasoning": reasoning or "",
+        "calls": [{"name": c.name, "arguments": parsed_arguments(c.parameters)} for c in calls],
+    }
