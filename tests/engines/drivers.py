@@ -150,7 +150,11 @@ def sglang_request(tools: list[dict[str, Any]], thinking: bool, **fields: Any) -
 
 
 def sglang_stream(
-    name: str, request: Any, deltas: Sequence[tuple[str, list[int]]], thinking: bool
+    name: str,
+    request: Any,
+    deltas: Sequence[tuple[str, list[int]]],
+    thinking: bool,
+    reasoning_name: str | None = None,
 ) -> dict[str, Any]:
     """As ``OpenAIServingChat`` streams: reasoning parser first, its normal text to the
     function-call parser, both flushed on the finishing chunk."""
@@ -158,7 +162,11 @@ def sglang_stream(
     from sglang.srt.parser.reasoning_parser import ReasoningParser
 
     reasoning_parser = ReasoningParser(
-        name, request.stream_reasoning, thinking, request, tokenizer=hf_tokenizer()
+        reasoning_name or name,
+        request.stream_reasoning,
+        thinking,
+        request,
+        tokenizer=hf_tokenizer(),
     )
     tool_parser = FunctionCallParser(
         tools=request.tools, tool_call_parser=name, tokenizer=hf_tokenizer()
@@ -182,13 +190,15 @@ def sglang_stream(
     return merge.result()
 
 
-def sglang_whole(name: str, request: Any, text: str, thinking: bool) -> dict[str, Any]:
+def sglang_whole(
+    name: str, request: Any, text: str, thinking: bool, reasoning_name: str | None = None
+) -> dict[str, Any]:
     """As ``OpenAIServingChat`` answers a non-streamed request."""
     from sglang.srt.function_call.function_call_parser import FunctionCallParser
     from sglang.srt.parser.reasoning_parser import ReasoningParser
 
     reasoning_parser = ReasoningParser(
-        model_type=name,
+        model_type=reasoning_name or name,
         stream_reasoning=False,
         force_reasoning=thinking,
         request=request,
@@ -206,3 +216,27 @@ def sglang_whole(name: str, request: Any, text: str, thinking: bool) -> dict[str
         "reasoning": reasoning or "",
         "calls": [{"name": c.name, "arguments": parsed_arguments(c.parameters)} for c in calls],
     }
+
+
+def sglang_recipe_stream(
+    dialect: str, deltas: Sequence[tuple[str, list[int]]], thinking: bool
+) -> dict[str, Any]:
+    """SGLang's own V4/V4.1 served path: the ``dsv4``/``dsv41`` chat-encoding adapter's
+    ``DeepSeekRecipeOutputParser`` (deepseek-recipe), fed the engine's token ids."""
+    from sglang.srt.parser.deepseek_recipe_output import DeepSeekRecipeOutputParser
+    from sglang.srt.parser.deepseek_recipe_renderer import DeepSeekRecipe
+
+    recipe = DeepSeekRecipe.from_hf_tokenizer(
+        {"v4": "dsv4", "v4.1": "dsv41"}[dialect], hf_tokenizer()
+    )
+    parser = DeepSeekRecipeOutputParser(
+        recipe, thinking_stage=recipe.parse_start(thinking=thinking), parse_tool_calls=True
+    )
+    merge = StreamMerge()
+    pieces = [parser.feed(ids) for _, ids in deltas]
+    pieces.append(parser.finish([], {"type": "stop"}))
+    for piece in pieces:
+        merge.add_text(piece.content, piece.reasoning)
+        for call in piece.tool_calls:
+            merge.add_call(call.index, call.name, call.arguments)
+    return merge.result()

@@ -95,3 +95,27 @@ def test_forced_choice_gets_dsmlkit_structural_tag(choice: str) -> None:
     want = grammar.structural_tag("v4.1", tools, tool_choice=choice, thinking=False, parallel=True)
     assert kind == "structural_tag"
     assert json.loads(tag.model_dump_json()) == json.loads(json.dumps(want))
+
+
+def test_v4_chat_encoding_adapter_leaves_output_to_the_plugin() -> None:
+    """With dsmlkit's names the ``dsv4`` adapter only renders prompts; output goes the
+    text path (the detectors above). SGLang's own names make recipe parse instead."""
+    pytest.importorskip("deepseek_recipe")
+    from sglang.srt.entrypoints.openai.serving_deepseek_recipe import (
+        DeepSeekRecipeChatEncodingAdapter,
+    )
+
+    from tests.engines.vectors import hf_tokenizer
+
+    def adapter(reasoning: str, tool: str) -> Any:
+        return DeepSeekRecipeChatEncodingAdapter(
+            chat_encoding_spec="dsv4",
+            tokenizer=hf_tokenizer(),
+            reasoning_parser=reasoning,
+            tool_call_parser=tool,
+            chat_hooks=None,
+            default_chat_template_kwargs=None,
+        )
+
+    assert adapter("dsmlkit_v4", "dsmlkit_v4").output is None
+    assert adapter("deepseek-v4", "deepseekv4").output is not None
