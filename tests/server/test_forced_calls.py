@@ -10,9 +10,9 @@ import anthropic
 import openai
 import pytest
 
-from dsmlkit.dialects import EOS, V4_1
+from dsmlkit.dialects import EOS, V4_1, Dialect
 from dsmlkit.render.tokens import load_tokenizer
-from tests.helpers import write_block, write_invoke
+from tests.helpers import ALL_DIALECTS, write_block, write_invoke
 from tests.server.conftest import Gateway
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.sdk import Answer, ask
@@ -93,6 +93,19 @@ def test_a_named_function_opens_its_invoke_in_the_prompt(
     assert_weather_call(answer, api)
     prompt = text_gateway.engine.requests[-1]["prompt"]
     assert prompt.endswith(BLOCK_OPENER + V4_1.invoke_open("get_weather") + "\n")
+
+
+@pytest.mark.parametrize("dialect", ALL_DIALECTS, ids=lambda d: d.name)
+def test_every_dialect_gets_its_own_opener(
+    start_gateway: Callable[..., str], engine: FakeEngine, dialect: Dialect
+) -> None:
+    gateway = Gateway(start_gateway(tokenizer="none", dialect=dialect.name), engine)
+    rest = write_block(dialect, [("get_weather", {"city": "Paris"})]).split('">\n', 1)[1]
+    engine.push(Reply(text=rest))
+    answer = ask(gateway, "openai", False, thinking=False, **forced("openai", "named"))
+    assert_weather_call(answer, "openai")
+    opener = f"\n\n{dialect.block_open()}\n{dialect.invoke_open('get_weather')}\n"
+    assert engine.requests[-1]["prompt"].endswith(opener)
 
 
 def test_the_opener_goes_upstream_as_the_models_own_token_ids(
