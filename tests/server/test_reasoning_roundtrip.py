@@ -186,7 +186,11 @@ def test_unsigned_thinking_for_an_unknown_call_is_used_as_sent(text_gateway: Gat
 def test_chat_mode_sends_the_restored_reasoning_upstream(
     chat_gateway: Gateway, api: str, stream: bool
 ) -> None:
-    upstream_call = {"id": "call_up_1", "name": "get_weather", "arguments": '{"city": "Paris"}'}
+    upstream_call = {
+        "id": "call_00_" + "a1b2c3" * 4,
+        "name": "get_weather",
+        "arguments": '{"city": "Paris"}',
+    }
     chat_gateway.engine.push(Reply(reasoning=REASONING, tool_calls=(upstream_call,)))
     answer = ask(chat_gateway, api, stream, thinking=True, tools=tools_for(api))
     call_id = answer.calls[0][0]

@@ -146,11 +146,15 @@ def test_redis_url_password_is_not_shown(redis_url: str) -> None:
 # --- the reasoning memory, without HTTP ---------------------------------------------------
 
 
+CALL_1, CALL_2 = "call_" + "1" * 24, "call_" + "2" * 24
+TOOLU_1 = "toolu_" + "1" * 24
+
+
 def memory(secret: str = "s") -> ReasoningMemory:
     return ReasoningMemory(MemoryStore(), ThinkingSigner(secret))
 
 
-def anthropic_body(thinking: dict[str, Any] | None, call_id: str = "toolu_1") -> dict[str, Any]:
+def anthropic_body(thinking: dict[str, Any] | None, call_id: str = TOOLU_1) -> dict[str, Any]:
     blocks = [thinking] if thinking else []
     blocks.append({"type": "tool_use", "id": call_id, "name": "f", "input": {}})
     return {
@@ -171,8 +175,8 @@ def test_signatures_bind_the_text_and_the_secret() -> None:
 
 def test_restore_never_changes_the_callers_body() -> None:
     mem = memory()
-    run(mem.remember, ["call_1"], "why")
-    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    run(mem.remember, [CALL_1], "why")
+    call = {"id": CALL_1, "type": "function", "function": {"name": "f", "arguments": "{}"}}
     body = {"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]}
     restored, count, error = run(mem.restore, "openai", body)
     assert (count, error) == (1, None)
@@ -196,7 +200,7 @@ def test_a_signed_anthropic_turn_needs_no_store() -> None:
 
 def test_redacted_thinking_is_replaced_by_the_stored_reasoning() -> None:
     mem = memory()
-    run(mem.remember, ["toolu_1"], "stored")
+    run(mem.remember, [TOOLU_1], "stored")
     body = anthropic_body({"type": "redacted_thinking", "data": "opaque"})
     restored, count, _ = run(mem.restore, "anthropic", body)
     assert count == 1
@@ -211,8 +215,8 @@ def test_remember_with_a_dead_store_returns_the_error_and_logs_once(
     mem = ReasoningMemory(RedisStore(f"redis://127.0.0.1:{free_port()}/0"), ThinkingSigner())
 
     async def twice() -> None:
-        assert await mem.remember(["call_1"], "why")
-        assert await mem.remember(["call_2"], "why")
+        assert await mem.remember([CALL_1], "why")
+        assert await mem.remember([CALL_2], "why")
 
     with caplog.at_level("WARNING", logger="dsmlkit.server"):
         anyio.run(twice)
@@ -222,10 +226,13 @@ def test_remember_with_a_dead_store_returns_the_error_and_logs_once(
 
 def test_recall_gives_the_reasoning_of_known_call_ids() -> None:
     mem = memory()
+    one, two, three, unknown = (f"call_{n:024d}" for n in range(4))
 
     async def test() -> None:
-        await mem.remember(["call_1", "call_2"], "both")
-        await mem.remember(["call_3"], "")  # empty reasoning is not stored
-        assert await mem.recall(["call_2", "call_3", "call_9"]) == ({"call_2": "both"}, None)
+        await mem.remember([one, two], "both")
+        await mem.remember([three], "")  # empty reasoning is not stored
+        assert await mem.recall([two, three, unknown]) == ({two: "both"}, None)
+        await mem.remember(["call_0"], "numbered ids repeat across conversations")
+        assert await mem.recall(["call_0"]) == ({}, None)
 
     anyio.run(test)

@@ -43,6 +43,9 @@ LOGGER = logging.getLogger("dsmlkit.server")
 SIGNATURE_PREFIX = "dsmlkit1."
 _SIGNED_TEXT_PREFIX = b"dsmlkit thinking\0"
 _KEY_PREFIX = "reasoning:"
+#: Call ids shorter than this are never used as keys: an upstream that numbers its calls
+#: (``call_0``) would give two conversations the same id. The gateway's own ids have 29+.
+MIN_CALL_ID_LENGTH = 16
 
 
 class ThinkingSigner:
@@ -103,10 +106,11 @@ class ReasoningMemory:
 
     async def remember(self, call_ids: Sequence[str], reasoning: str) -> str | None:
         """Store ``reasoning`` under each call id; returns the store error, if any."""
-        if not call_ids or not reasoning:
+        keys = [_KEY_PREFIX + i for i in call_ids if len(i) >= MIN_CALL_ID_LENGTH]
+        if not keys or not reasoning:
             return None
         try:
-            await self.store.put_many({_KEY_PREFIX + i: reasoning for i in call_ids}, self.ttl)
+            await self.store.put_many(dict.fromkeys(keys, reasoning), self.ttl)
         except StateStoreUnavailable as exc:
             return self._failed(exc)
         self._recovered()
@@ -115,7 +119,9 @@ class ReasoningMemory:
     async def recall(self, call_ids: Iterable[str]) -> tuple[dict[str, str], str | None]:
         """``({call id: reasoning} for the ids the store knows, store error)``; also for the
         Responses API's reasoning items."""
-        ids = list(call_ids)
+        ids = [i for i in call_ids if len(i) >= MIN_CALL_ID_LENGTH]
+        if not ids:
+            return {}, None
         try:
             found = await self.store.get_many(_KEY_PREFIX + call_id for call_id in ids)
         except StateStoreUnavailable as exc:
