@@ -1,4 +1,8 @@
-"""Parser events → responses and streams, checked against the official SDK types and helpers."""
+"""Parser events → responses and streams, checked against the official SDK types and helpers.
+
+The stream = response property below covers all three APIs; the Responses API's own
+checks are in ``test_api_responses_api_stream.py``.
+"""
 
 from __future__ import annotations
 
@@ -40,6 +44,12 @@ from dsmlkit.dialects import V4_1
 from dsmlkit.errors import CallerError
 from dsmlkit.parse import MessageCollector, ParsedMessage, ToolCall
 from tests.helpers import random_chunks, write_block
+from tests.test_api_responses_api_stream import (
+    accumulate_responses,
+    responses_request,
+    stream_events,
+    whole_response,
+)
 
 STREAM_EVENT = TypeAdapter(RawMessageStreamEvent)
 TOOLS = ("get_weather", "Read", "note")
@@ -203,6 +213,10 @@ def test_accumulated_streams_equal_the_responses(
     assert accumulate_anthropic(aevents) == Message.model_validate(aexpected).model_dump(
         exclude_none=True
     )
+
+    rreq = responses_request(include=["reasoning.encrypted_content"])
+    revents, _ = stream_events(rreq, chunks)
+    assert accumulate_responses(revents) == whole_response(rreq, text)
 
 
 # --- exact shapes ----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""OpenAI Chat Completions and Anthropic Messages adapters (sans-IO).
+"""OpenAI Chat Completions, Anthropic Messages and OpenAI Responses adapters (sans-IO).
 
 Requests become a :class:`ChatRequest` (a typed conversation plus render, parse and
 sampling options); parser events become each API's responses and stream chunks.
@@ -22,7 +22,14 @@ from dsmlkit.api.request import (
     parse_request,
     to_openai_chat_body,
 )
-from dsmlkit.api.sse import SSE_DONE, sse_anthropic, sse_openai
+from dsmlkit.api.responses import (
+    ResponsesRequest,
+    ResponsesStream,
+    parse_responses_request,
+    responses_response,
+)
+from dsmlkit.api.seal import SealError, seal, unseal
+from dsmlkit.api.sse import SSE_DONE, sse_anthropic, sse_event, sse_openai
 from dsmlkit.errors import ApiError, InvalidRequest
 
 __all__ = [
@@ -33,6 +40,9 @@ __all__ = [
     "InvalidRequest",
     "OpenAIStream",
     "ParseOptions",
+    "ResponsesRequest",
+    "ResponsesStream",
+    "SealError",
     "Usage",
     "anthropic_error_body",
     "anthropic_response",
@@ -45,8 +55,13 @@ __all__ = [
     "parse_openai_request",
     "parse_options",
     "parse_request",
+    "parse_responses_request",
     "response_diagnostics",
+    "responses_response",
+    "seal",
     "sse_anthropic",
+    "sse_event",
     "sse_openai",
     "to_openai_chat_body",
+    "unseal",
 ]

@@ -29,7 +29,7 @@ from dsmlkit.parse import (
 from dsmlkit.render import RenderOptions, RenderResult
 from dsmlkit.render.conversation import Conversation, Tool
 
-Api = Literal["openai", "anthropic"]
+Api = Literal["openai", "anthropic", "responses"]
 
 #: Effort names DeepSeek documents; ``none`` means chat mode, the others are mapped by each
 #: dialect's effort table (``minimal`` → low, ``ultra`` → max, …).
@@ -298,7 +298,7 @@ def note_ignored(root: Field, names: Sequence[str], notes: list[str]) -> None:
 
 
 def call_id_factory(api: Api, token: Callable[[], str] | None = None) -> Callable[[], str]:
-    """Fresh tool-call ids: ``call_…`` (OpenAI) or ``toolu_…`` (Anthropic).
+    """Fresh tool-call ids: ``call_…`` (both OpenAI APIs) or ``toolu_…`` (Anthropic).
 
     ``token`` makes the part after the prefix (default: 24 random hex digits).
     """

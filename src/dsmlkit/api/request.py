@@ -2,28 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from dsmlkit.api.anthropic import parse_anthropic_request, read_anthropic_tools
-from dsmlkit.api.common import ChatRequest, ParseOptions
+from dsmlkit.api.common import Api, ChatRequest, ParseOptions
 from dsmlkit.api.fields import Field
 from dsmlkit.api.openai import parse_openai_request
+from dsmlkit.api.responses import parse_responses_request, read_responses_tools
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.render import resolve_dialect
 from dsmlkit.render.conversation import read_tools, unique_tools
 
-READERS = {"openai": parse_openai_request, "anthropic": parse_anthropic_request}
-
 
 def parse_request(
-    api: Literal["openai", "anthropic"], body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT
+    api: Api,
+    body: Any,
+    *,
+    dialect: str | Dialect = DEFAULT_DIALECT,
+    seal_key: bytes | None = None,
 ) -> ChatRequest:
-    """Read an OpenAI Chat Completions or Anthropic Messages body; raises ``InvalidRequest``."""
-    return READERS[api](body, dialect=dialect)
+    """Read a Chat Completions, Messages or Responses body; raises ``InvalidRequest``.
+
+    ``seal_key`` opens sealed reasoning in a Responses body (the other APIs have none).
+    """
+    if api == "responses":
+        return parse_responses_request(body, dialect=dialect, seal_key=seal_key)
+    if api == "anthropic":
+        return parse_anthropic_request(body, dialect=dialect)
+    return parse_openai_request(body, dialect=dialect)
 
 
 def parse_options(
-    api: Literal["openai", "anthropic"], tools: Any, *, dialect: str | Dialect = DEFAULT_DIALECT
+    api: Api, tools: Any, *, dialect: str | Dialect = DEFAULT_DIALECT
 ) -> ParseOptions:
     """How to read a model's output for a request that had ``tools`` (in ``api``'s form).
 
@@ -31,6 +41,8 @@ def parse_options(
     """
     if api == "anthropic":
         typed, _ = read_anthropic_tools(Field(tools, "tools"), [])
+    elif api == "responses":
+        typed, _ = read_responses_tools(Field(tools, "tools"), [])
     else:
         typed = list(read_tools(tools, "tools"))
     return ParseOptions(resolve_dialect(dialect), unique_tools(typed))

@@ -1,4 +1,4 @@
-"""Server-sent-event framing for both APIs (bytes on the wire are the server's business).
+"""Server-sent-event framing for every API (bytes on the wire are the server's business).
 
 Most frames of a stream differ from each other in one JSON string only (the text of a
 delta). :class:`TextFrames` serialises such a frame once per shape and afterwards only
@@ -34,6 +34,10 @@ def sse_openai(chunk: dict[str, Any]) -> str:
 def sse_anthropic(event: str, data: dict[str, Any]) -> str:
     """One Anthropic frame: ``event: <name>`` then ``data: <json>``."""
     return f"event: {event}\ndata: {_compact(data)}\n\n"
+
+
+#: A Responses frame is framed the same way: ``event: <type>`` then ``data: <json>``.
+sse_event = sse_anthropic
 
 
 class TextFrames(Generic[Key]):

@@ -1,0 +1,814 @@
+"""OpenAI Responses API: request body → :class:`ResponsesRequest`; parser events → responses.
+
+Requests: ``input`` (a string or items: ``message``, ``reasoning``, ``function_call``,
+``function_call_output``) becomes typed :class:`~dsmlkit.render.conversation.Message` values,
+finished by the same :func:`~dsmlkit.render.conversation.conversation` step as every API:
+consecutive assistant-side items (reasoning, an assistant message, function calls) are one
+assistant turn, and every output answers a call of the turn before it. So a Responses body
+holding the same conversation as a Chat Completions body renders byte-identically. Function
+tools inside ``namespace`` tools are flattened to one DSML name (:func:`qualified_name`) and
+split again on the way out; server tools (``web_search`` …) are dropped with a note.
+
+Responses: :func:`responses_response` builds the ``response`` object; :class:`ResponsesStream`
+emits the streaming event grammar (``response.created`` … ``response.completed``, every
+event numbered by ``sequence_number``). With ``include: ["reasoning.encrypted_content"]``
+reasoning items carry the reasoning sealed with the server's key (:mod:`dsmlkit.api.seal`),
+which a stateless client's next request hands back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dsmlkit.api.common import (
+    EFFORT_NAMES,
+    ChatRequest,
+    ParseOptions,
+    Usage,
+    check_choice_has_tools,
+    coalesce,
+    effort_for_dialect,
+    named_choice,
+    read_numbers,
+    request_root,
+    response_diagnostics,
+)
+from dsmlkit.api.fields import Field
+from dsmlkit.api.seal import SealError, seal, unseal
+from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
+from dsmlkit.errors import CallerError
+from dsmlkit.parse import (
+    ArgumentsDelta,
+    ContentDelta,
+    Diagnostic,
+    Event,
+    MessageCollector,
+    ParsedMessage,
+    ReasoningDelta,
+    ReasoningEnd,
+    ToolCallEnd,
+    ToolCallStart,
+)
+from dsmlkit.render import RenderOptions, resolve_dialect
+from dsmlkit.render.conversation import (
+    HistoryCall,
+    ImagePart,
+    Message,
+    Part,
+    Role,
+    TextPart,
+    Tool,
+    history_arguments,
+    read_response_format,
+    tool,
+    tool_name,
+    tool_reference,
+)
+from dsmlkit.render.conversation import conversation as finish_conversation
+
+#: The ``include`` entry that asks for sealed reasoning on reasoning items.
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+_MESSAGE_ROLES: dict[str, Role] = {
+    "user": "user",
+    "system": "system",
+    "developer": "developer",
+    "assistant": "assistant",
+}
+#: Characters that already end a namespace as a separator (``mcp__server__`` + ``tool``).
+_SEPARATORS = ("_", ".", ":", "-")
+#: Tool fields that describe the tool to the API, not to the model.
+_NOT_SHOWN = ("type", "defer_loading")
+
+
+def qualified_name(namespace: str, name: str) -> str:
+    """The one DSML tool name for ``name`` inside ``namespace``.
+
+    ``mcp__srv__`` + ``read`` → ``mcp__srv__read`` (the namespace already ends in a
+    separator); ``crm`` + ``lookup`` → ``crm.lookup``.
+    """
+    return namespace + name if namespace.endswith(_SEPARATORS) else f"{namespace}.{name}"
+
+
+@dataclass(frozen=True)
+class ResponsesOptions:
+    """What a Responses request says beyond the conversation: echoed in the ``response``
+    object, or steering how output items are written (``namespaces``: each flattened tool
+    name's ``(namespace, name)``)."""
+
+    instructions: str | None = None
+    tools: list[Any] = field(default_factory=list)
+    tool_choice: Any = "auto"
+    namespaces: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    reasoning: Mapping[str, Any] = field(default_factory=dict)
+    text: Mapping[str, Any] = field(default_factory=lambda: {"format": {"type": "text"}})
+    max_output_tokens: int | None = None
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    store: bool = True
+    previous_response_id: str | None = None
+    include_encrypted_reasoning: bool = False
+    prompt_cache_key: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+
+
+@dataclass(frozen=True)
+class ResponsesRequest(ChatRequest):
+    """A Responses request: the shared :class:`ChatRequest` plus :class:`ResponsesOptions`."""
+
+    responses: ResponsesOptions = field(default_factory=ResponsesOptions)
+
+
+# --- requests --------------------------------------------------------------------------
+
+
+def parse_responses_request(
+    body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT, seal_key: bytes | None = None
+) -> ResponsesRequest:
+    """Validate a Responses body and convert it; raises :class:`InvalidRequest` (400).
+
+    ``seal_key`` opens the ``encrypted_content`` of reasoning items (the key the server
+    sealed them with); without it such items must carry their text in the clear.
+    """
+    root = request_root(body)
+    model = root["model"].nonempty_string()
+    resolved = resolve_dialect(dialect)
+    notes: list[str] = []
+    tools, namespaces = read_responses_tools(root["tools"], notes)
+    instructions = root["instructions"]
+    messages: list[Message] = []
+    if instructions.present:
+        text = _instructions(instructions)
+        messages.append(Message("instructions", "system", (TextPart(text),), plain=True))
+    messages += _Input(namespaces, seal_key, notes).convert(root["input"])
+    thinking, requested_effort, reasoning = _reasoning(root["reasoning"])
+    effort = effort_for_dialect(requested_effort, resolved, "reasoning.effort", notes)
+    response_format, text_echo = _text(root["text"])
+    _note_accepted(root, notes)
+    conversation = finish_conversation(messages, tools, response_format, notes)
+    tool_choice = _tool_choice(root["tool_choice"], conversation.tools)
+    include = [item.string() for item in root["include"].array()] if root["include"].present else []
+    sampling: dict[str, Any] = {}
+    max_output = root["max_output_tokens"]
+    if max_output.present:
+        sampling["max_tokens"] = max_output.integer(minimum=1)
+    sampling.update(read_numbers(root, ("temperature", "top_p")))
+    if root["background"].present and root["background"].boolean():
+        raise root["background"].error("background responses are not supported; omit it")
+    previous = root["previous_response_id"]
+    parallel = root["parallel_tool_calls"]
+    cache_key = root["prompt_cache_key"]
+    options = ResponsesOptions(
+        instructions=instructions.value if isinstance(instructions.value, str) else None,
+        tools=list(root["tools"].value) if root["tools"].present else [],
+        tool_choice=root["tool_choice"].value if root["tool_choice"].present else "auto",
+        namespaces=namespaces,
+        reasoning=reasoning,
+        text=text_echo,
+        max_output_tokens=sampling.get("max_tokens"),
+        metadata=_metadata(root["metadata"]),
+        store=root["store"].boolean() if root["store"].present else True,
+        previous_response_id=previous.string() if previous.present else None,
+        include_encrypted_reasoning=ENCRYPTED_REASONING in include,
+        prompt_cache_key=cache_key.string() if cache_key.present else None,
+        temperature=sampling.get("temperature"),
+        top_p=sampling.get("top_p"),
+    )
+    return ResponsesRequest(
+        api="responses",
+        model=model,
+        conversation=conversation,
+        render=RenderOptions(dialect=resolved, thinking=thinking, reasoning_effort=effort),
+        parse=ParseOptions(resolved, conversation.tools),
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel.boolean() if parallel.present else True,
+        stream=root["stream"].boolean() if root["stream"].present else False,
+        include_usage=True,
+        sampling=sampling,
+        responses=options,
+    )
+
+
+def _note_accepted(root: Field, notes: list[str]) -> None:
+    """Fields that are accepted but change nothing in the prompt."""
+    if root["previous_response_id"].present:
+        notes.append(
+            "previous_response_id: this server keeps no responses; only this request's "
+            "input was rendered"
+        )
+    for name in ("prompt_cache_key", "client_metadata", "safety_identifier", "user"):
+        if root[name].present:
+            notes.append(f"{name}: accepted; it does not change the prompt")
+
+
+def _instructions(field: Field) -> str:
+    """Instructions: a string, or input items of which only text messages make sense."""
+    if isinstance(field.value, str):
+        return field.value
+    texts = []
+    for item in field.array():
+        parts = _parts(item["content"], ("input_text",))
+        texts.append("".join(part.text for part in parts if isinstance(part, TextPart)))
+    return "\n\n".join(texts)
+
+
+def _parts(content: Field, allowed: Sequence[str]) -> tuple[Part, ...]:
+    """Message content (a string or content parts) as typed parts."""
+    if isinstance(content.value, str):
+        return (TextPart(content.value),)
+    if not isinstance(content.value, list):
+        raise content.error("must be a string or an array of content parts")
+    parts: list[Part] = []
+    for part in content.array():
+        kind = part.type_tag()
+        if kind not in allowed:
+            raise part.error(f"{kind!r} parts are not supported here; use {', '.join(allowed)}")
+        if kind == "input_image":
+            parts.append(_image(part))
+        elif kind == "tool_reference":  # dsmlkit extension, as on /v1/chat/completions
+            parts.append(tool_reference(part.object(), part.path))
+        else:
+            parts.append(TextPart(part["refusal" if kind == "refusal" else "text"].string()))
+    return tuple(parts)
+
+
+def _image(part: Field) -> ImagePart:
+    if not part["image_url"].present:
+        raise part.error("only images given by image_url (an https or data URL) can be rendered")
+    return ImagePart(part["image_url"].nonempty_string())
+
+
+class _Input:
+    """Converts ``input`` in order into typed messages (one per item; the conversation step
+    joins a turn's items)."""
+
+    def __init__(
+        self, namespaces: Mapping[str, tuple[str, str]], seal_key: bytes | None, notes: list[str]
+    ) -> None:
+        self._qualified = {pair: name for name, pair in namespaces.items()}
+        self._seal_key = seal_key
+        self._notes = notes
+        self._turn_calls: set[str] = set()  # call ids of the assistant turn being read
+
+    def convert(self, field: Field) -> list[Message]:
+        if isinstance(field.value, str):
+            return [Message(field.path, "user", (TextPart(field.value),), plain=True)]
+        items = field.array()
+        if not items:
+            raise field.error("must hold at least one item")
+        messages: list[Message] = []
+        for item in items:
+            kind = item["type"].nonempty_string() if item["type"].present else "message"
+            if kind == "message":
+                messages += self._message(item)
+            elif kind == "reasoning":
+                reasoning = self._reasoning_text(item)
+                messages.append(Message(item.path, "assistant", reasoning=reasoning))
+            elif kind == "function_call":
+                messages.append(Message(item.path, "assistant", tool_calls=(self._call(item),)))
+            elif kind == "function_call_output":
+                self._turn_calls = set()
+                messages += self._output(item)
+            elif kind == "item_reference":
+                raise item.error(
+                    "item_reference needs stored responses, which this server does not keep; "
+                    "send the item itself"
+                )
+            else:
+                self._notes.append(f"{item.path}: dropped a {kind!r} item (no such tool here)")
+        return messages
+
+    def _message(self, item: Field) -> list[Message]:
+        role = _MESSAGE_ROLES[item["role"].choice(_MESSAGE_ROLES)]
+        content = item["content"]
+        plain = isinstance(content.value, str)
+        if role == "assistant":
+            parts = _parts(content, ("output_text", "refusal", "input_text"))
+            return [Message(item.path, "assistant", parts, plain=plain)]
+        self._turn_calls = set()
+        allowed = ("input_text", "input_image") if role == "user" else ("input_text",)
+        return [Message(item.path, role, _parts(content, allowed), plain=plain)]
+
+    def _reasoning_text(self, item: Field) -> str:
+        """Reasoning in the clear (``content``), else sealed, else its summary."""
+        content = item["content"]
+        if content.present and content.array():
+            return "".join(part["text"].string() for part in content.array())
+        sealed = item["encrypted_content"]
+        if sealed.present:
+            if self._seal_key is None:
+                raise sealed.error(
+                    "cannot be read here: this reader has no sealing key; send the reasoning "
+                    "as content, or send the request to the server that produced it"
+                )
+            try:
+                return unseal(self._seal_key, sealed.string())
+            except SealError as exc:
+                raise sealed.error(f"cannot be read by this server: {exc}") from None
+        summary = item["summary"]
+        if summary.present:
+            return "\n\n".join(part["text"].string() for part in summary.array())
+        return ""
+
+    def _call(self, item: Field) -> HistoryCall:
+        name = tool_name(item["name"].value, item["name"].path)
+        namespace = item["namespace"]
+        if namespace.present:
+            space = namespace.nonempty_string()
+            name = self._qualified.get((space, name), qualified_name(space, name))
+        call_id = item["call_id"].nonempty_string()
+        if call_id in self._turn_calls:
+            raise item["call_id"].error("two tool calls of one turn share this call_id")
+        self._turn_calls.add(call_id)
+        arguments = history_arguments(item["arguments"].value, item["arguments"].path, self._notes)
+        return HistoryCall(call_id, name, arguments)
+
+    def _output(self, item: Field) -> list[Message]:
+        """One tool message and, for images, a user message right after it."""
+        call_id = item["call_id"].nonempty_string()
+        output = item["output"]
+        id_param = item["call_id"].path
+        if isinstance(output.value, str):
+            parts: tuple[Part, ...] = (TextPart(output.value),)
+            return [
+                Message(
+                    item.path, "tool", parts, tool_call_id=call_id, plain=True, id_param=id_param
+                )
+            ]
+        parts = _parts(output, ("input_text", "input_image", "tool_reference"))
+        images = tuple(part for part in parts if isinstance(part, ImagePart))
+        others = tuple(part for part in parts if not isinstance(part, ImagePart))
+        message = Message(item.path, "tool", others, tool_call_id=call_id, id_param=id_param)
+        return [message, Message(item.path, "user", images)] if images else [message]
+
+
+def read_responses_tools(
+    field: Field, notes: list[str]
+) -> tuple[list[Tool], dict[str, tuple[str, str]]]:
+    """Typed tools, and for each flattened namespace tool its ``(namespace, name)``."""
+    tools: list[Tool] = []
+    namespaces: dict[str, tuple[str, str]] = {}
+    if not field.present:
+        return tools, namespaces
+    for item in field.array():
+        kind = item["type"].nonempty_string()
+        if kind == "function":
+            tools.append(_function(item, tool_name(item["name"].value, item["name"].path)))
+        elif kind == "namespace":
+            space = item["name"].nonempty_string()
+            for inner in item["tools"].array():
+                inner_kind = inner["type"].nonempty_string()
+                if inner_kind != "function":
+                    notes.append(
+                        f"{inner.path}: dropped a {inner_kind!r} tool; only function tools render"
+                    )
+                    continue
+                name = tool_name(inner["name"].value, inner["name"].path)
+                qualified = qualified_name(space, name)
+                tools.append(_function(inner, qualified))
+                namespaces[qualified] = (space, name)
+        else:
+            name = item["name"].value if isinstance(item["name"].value, str) else kind
+            notes.append(f"{item.path}: dropped server tool {name!r} ({kind}); dsmlkit runs none")
+    return tools, namespaces
+
+
+def _function(item: Field, name: str) -> Tool:
+    """A flat Responses function tool: the Chat function object, plus ``type`` and
+    ``defer_loading`` (kept in the client's key order, as Chat's tools are)."""
+    function = {key: value for key, value in item.object().items() if key not in _NOT_SHOWN}
+    function["name"] = name
+    deferred = item["defer_loading"]
+    return tool(function, deferred.boolean() if deferred.present else False, item["name"].path)
+
+
+def _tool_choice(field: Field, tools: Sequence[Tool]) -> str | dict[str, Any]:
+    if not field.present:
+        return "auto" if tools else "none"
+    choice: str | dict[str, Any]
+    if isinstance(field.value, str):
+        choice = field.choice(("none", "auto", "required"))
+    else:
+        kind = field["type"].nonempty_string()
+        if kind != "function":
+            raise field["type"].error(
+                f"tool_choice {kind!r} names a tool dsmlkit does not offer; use none, auto, "
+                "required or a function"
+            )
+        name = field["name"]
+        if field["namespace"].present:
+            space = field["namespace"].nonempty_string()
+            name = Field(qualified_name(space, name.nonempty_string()), name.path)
+        choice = named_choice(name, tools)
+    if choice == "auto" and not tools:
+        return "none"
+    check_choice_has_tools(choice, tools, field)
+    return choice
+
+
+def _reasoning(field: Field) -> tuple[bool, str | None, dict[str, Any]]:
+    """``(thinking, effort, echo)``: effort ``none`` turns thinking off (DeepSeek's rule)."""
+    if not field.present:
+        return True, None, {}
+    effort = field["effort"]
+    name = effort.choice(("none", "minimal", *EFFORT_NAMES)) if effort.present else None
+    summary = field["summary"]
+    summary_value = (
+        summary.choice(("auto", "concise", "detailed", "none")) if summary.present else None
+    )
+    echo = {"effort": name, "summary": summary_value}
+    if name == "none":
+        return False, None, echo
+    return True, ("low" if name == "minimal" else name), echo
+
+
+def _text(field: Field) -> tuple[Mapping[str, Any] | None, dict[str, Any]]:
+    """``(response_format, echo)`` from ``text.format`` (``verbosity`` is accepted)."""
+    echo: dict[str, Any] = {"format": {"type": "text"}}
+    if not field.present:
+        return None, echo
+    if field["verbosity"].present:
+        echo["verbosity"] = field["verbosity"].choice(("low", "medium", "high"))
+    fmt = field["format"]
+    if not fmt.present:
+        return None, echo
+    kind = fmt["type"].choice(("text", "json_object", "json_schema"))
+    echo["format"] = dict(fmt.object())
+    if kind == "json_schema":
+        fmt["schema"].object()
+        schema = {key: value for key, value in fmt.object().items() if key != "type"}
+        chat_form: dict[str, Any] = {"type": "json_schema", "json_schema": schema}
+    else:
+        chat_form = {"type": kind}
+    return read_response_format(chat_form, fmt.path), echo
+
+
+def _metadata(field: Field) -> dict[str, str]:
+    if not field.present:
+        return {}
+    return {key: field[key].string() for key in field.object()}
+
+
+# --- responses -------------------------------------------------------------------------
+
+
+def responses_usage(usage: Usage | None) -> dict[str, Any]:
+    """The ``usage`` object of a response."""
+    usage = usage or Usage(0, 0)
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": usage.prompt_tokens + usage.completion_tokens,
+    }
+
+
+class _Items:
+    """Output items of one response, numbered from the response id (so a stream and the
+    non-streamed response of one output carry the same ids)."""
+
+    def __init__(self, req: ResponsesRequest, response_id: str, seal_key: bytes | None) -> None:
+        self._req = req
+        self._token = response_id.removeprefix("resp_")
+        self._seal_key = seal_key
+        self.done: list[dict[str, Any]] = []
+
+    def item_id(self, prefix: str) -> str:
+        return f"{prefix}_{self._token}_{len(self.done)}"
+
+    def reasoning(self, item_id: str, text: str, status: str) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "type": "reasoning",
+            "id": item_id,
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}] if text else [],
+            "status": status,
+        }
+        if self._req.responses.include_encrypted_reasoning and status != "in_progress":
+            if self._seal_key is None:
+                raise CallerError("this request asks for encrypted reasoning: pass seal_key")
+            item["encrypted_content"] = seal(self._seal_key, text)
+        return item
+
+    @staticmethod
+    def message(item_id: str, text: str | None, status: str) -> dict[str, Any]:
+        content = [] if text is None else [_output_text(text)]
+        return {
+            "type": "message",
+            "id": item_id,
+            "role": "assistant",
+            "status": status,
+            "content": content,
+        }
+
+    def function_call(
+        self, item_id: str, call_id: str, name: str, arguments: str, status: str
+    ) -> dict[str, Any]:
+        item: dict[str, Any] = {
+            "type": "function_call",
+            "id": item_id,
+            "call_id": call_id,
+            "name": name,
+            "arguments": arguments,
+            "status": status,
+        }
+        split = self._req.responses.namespaces.get(name)
+        if split is not None:
+            item["namespace"], item["name"] = split
+        return item
+
+
+def _output_text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _response_object(
+    req: ResponsesRequest,
+    *,
+    id: str,
+    created_at: int,
+    status: str,
+    output: list[dict[str, Any]],
+    usage: dict[str, Any] | None,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    options = req.responses
+    reasoning = {key: value for key, value in options.reasoning.items() if value is not None}
+    return {
+        "id": id,
+        "object": "response",
+        "created_at": created_at,
+        "status": status,
+        "error": error,
+        "incomplete_details": ({"reason": "max_output_tokens"} if status == "incomplete" else None),
+        "instructions": options.instructions,
+        "max_output_tokens": options.max_output_tokens,
+        "metadata": options.metadata,
+        "model": req.model,
+        "output": output,
+        "parallel_tool_calls": req.parallel_tool_calls,
+        "previous_response_id": options.previous_response_id,
+        "prompt_cache_key": options.prompt_cache_key,
+        "reasoning": reasoning,
+        "store": options.store,
+        "temperature": options.temperature,
+        "text": options.text,
+        "tool_choice": options.tool_choice,
+        "tools": options.tools,
+        "top_p": options.top_p,
+        "truncation": "disabled",
+        "usage": usage,
+    }
+
+
+def _status(msg_finish: str) -> str:
+    return "incomplete" if msg_finish == "length" else "completed"
+
+
+def responses_response(
+    msg: ParsedMessage,
+    req: ResponsesRequest,
+    *,
+    id: str,
+    created_at: int,
+    usage: Usage | None = None,
+    seal_key: bytes | None = None,
+) -> dict[str, Any]:
+    """The ``response`` object for one parsed model output.
+
+    Items: the reasoning, then the answer message, then one ``function_call`` per call;
+    output cut off by the length limit makes the response ``incomplete``.
+    ``seal_key`` seals the reasoning when the request included ``reasoning.encrypted_content``.
+    """
+    items = _Items(req, id, seal_key)
+    if msg.reasoning:
+        items.done.append(items.reasoning(items.item_id("rs"), msg.reasoning, "completed"))
+    if msg.content:
+        items.done.append(items.message(items.item_id("msg"), msg.content, "completed"))
+    for call in msg.calls:
+        item_id = items.item_id("fc")
+        items.done.append(
+            items.function_call(item_id, call.id, call.name, call.arguments_json, "completed")
+        )
+    status = _status(msg.finish_reason)
+    return _response_object(
+        req,
+        id=id,
+        created_at=created_at,
+        status=status,
+        output=items.done,
+        usage=responses_usage(usage),
+    )
+
+
+StreamEvent = dict[str, Any]
+
+
+class ResponsesStream:
+    """Parser events → Responses stream events (dicts with ``type`` and ``sequence_number``).
+
+    Call :meth:`start`, then :meth:`feed` with each batch of parser events (including the
+    ``close()`` events), then :meth:`finish` (or :meth:`fail`). Frame each event with
+    ``sse_event(event["type"], event)``.
+    """
+
+    def __init__(
+        self,
+        req: ResponsesRequest,
+        *,
+        id: str,
+        created_at: int,
+        seal_key: bytes | None = None,
+    ) -> None:
+        self._req = req
+        self._id = id
+        self._created_at = created_at
+        self._items = _Items(req, id, seal_key)
+        self._collector = MessageCollector()
+        self._message: ParsedMessage | None = None
+        self._sequence = 0
+        self._open: dict[str, Any] | None = None  # the item being streamed
+        self._text: list[str] = []  # its text (reasoning or answer) or arguments so far
+        self._call_ended = False  # the open call got its ToolCallEnd
+
+    def _event(self, kind: str, **fields: Any) -> StreamEvent:
+        event = {"type": kind, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return event
+
+    def _snapshot(self, status: str, usage: Usage | None = None, **extra: Any) -> dict[str, Any]:
+        return _response_object(
+            self._req,
+            id=self._id,
+            created_at=self._created_at,
+            status=status,
+            output=list(self._items.done),
+            usage=responses_usage(usage) if status != "in_progress" else None,
+            **extra,
+        )
+
+    def start(self) -> list[StreamEvent]:
+        """``response.created`` and ``response.in_progress``."""
+        return [
+            self._event("response.created", response=self._snapshot("in_progress")),
+            self._event("response.in_progress", response=self._snapshot("in_progress")),
+        ]
+
+    def feed(self, events: Sequence[Event]) -> list[StreamEvent]:
+        """Stream events for a batch of parser events."""
+        self._collector.add(list(events))
+        out: list[StreamEvent] = []
+        for event in coalesce(events):
+            if isinstance(event, ReasoningDelta):
+                out += self._ensure_open("reasoning")
+                out.append(self._text_delta("response.reasoning_text.delta", event.text))
+            elif isinstance(event, ContentDelta):
+                out += self._ensure_open("message")
+                out.append(self._text_delta("response.output_text.delta", event.text, logprobs=[]))
+            elif isinstance(event, ToolCallStart):
+                out += self._close()
+                item_id = self._items.item_id("fc")
+                self._open = self._items.function_call(
+                    item_id, event.id, event.name, "", "in_progress"
+                )
+                out.append(self._added())
+            elif isinstance(event, ArgumentsDelta):
+                self._text.append(event.text)
+                out.append(
+                    self._event(
+                        "response.function_call_arguments.delta",
+                        item_id=self._open_id(),
+                        output_index=len(self._items.done),
+                        delta=event.text,
+                    )
+                )
+            elif isinstance(event, ReasoningEnd):
+                out += self._close()
+            elif isinstance(event, ToolCallEnd):
+                self._call_ended = True
+                out += self._close()
+        return out
+
+    def finish(self, usage: Usage | None = None) -> list[StreamEvent]:
+        """Close the open item; then ``response.completed`` (or ``.incomplete`` when cut off)."""
+        self._message = self._collector.message()
+        status = _status(self._message.finish_reason)
+        out = self._close()
+        name = "response.completed" if status == "completed" else "response.incomplete"
+        out.append(self._event(name, response=self._snapshot(status, usage)))
+        return out
+
+    def fail(self, message: str) -> list[StreamEvent]:
+        """``response.failed`` for an output that broke off (the engine failed)."""
+        out = self._close()
+        error = {"code": "server_error", "message": message}
+        out.append(self._event("response.failed", response=self._snapshot("failed", error=error)))
+        return out
+
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        """The parser's diagnostics and tool_choice's report (after :meth:`finish`)."""
+        if self._message is None:
+            raise RuntimeError("diagnostics are known after finish()")
+        return response_diagnostics(self._message, self._req)
+
+    # -- items
+
+    def _open_id(self) -> str:
+        assert self._open is not None
+        item_id: str = self._open["id"]
+        return item_id
+
+    def _added(self) -> StreamEvent:
+        assert self._open is not None
+        return self._event(
+            "response.output_item.added", output_index=len(self._items.done), item=self._open
+        )
+
+    def _part_event(self, kind: str, part: dict[str, Any]) -> StreamEvent:
+        return self._event(
+            kind,
+            item_id=self._open_id(),
+            output_index=len(self._items.done),
+            content_index=0,
+            part=part,
+        )
+
+    def _text_delta(self, kind: str, text: str, **extra: Any) -> StreamEvent:
+        self._text.append(text)
+        return self._event(
+            kind,
+            item_id=self._open_id(),
+            output_index=len(self._items.done),
+            content_index=0,
+            delta=text,
+            **extra,
+        )
+
+    def _ensure_open(self, kind: str) -> list[StreamEvent]:
+        if self._open is not None and self._open["type"] == kind:
+            return []
+        out = self._close()
+        if kind == "reasoning":
+            self._open = self._items.reasoning(self._items.item_id("rs"), "", "in_progress")
+            part: dict[str, Any] = {"type": "reasoning_text", "text": ""}
+        else:
+            self._open = self._items.message(self._items.item_id("msg"), None, "in_progress")
+            part = _output_text("")
+        out.append(self._added())
+        out.append(self._part_event("response.content_part.added", part))
+        return out
+
+    def _close(self) -> list[StreamEvent]:
+        """``….done`` events for the open item, which then joins the finished ones.
+
+        A text item is complete once it stops; a call only when it ended (a call the
+        output broke off inside is ``incomplete`` and the non-streamed response has none).
+        """
+        item = self._open
+        if item is None:
+            return []
+        text = "".join(self._text)
+        output_index = len(self._items.done)
+        out: list[StreamEvent] = []
+        if item["type"] == "function_call":
+            out.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=output_index,
+                    arguments=text,
+                )
+            )
+            status = "completed" if self._call_ended else "incomplete"
+            done = {**item, "arguments": text, "status": status}
+        else:
+            if item["type"] == "reasoning":
+                part: dict[str, Any] = {"type": "reasoning_text", "text": text}
+                out.append(self._text_done("response.reasoning_text.done", item, text))
+                done = self._items.reasoning(item["id"], text, "completed")
+            else:
+                part = _output_text(text)
+                out.append(self._text_done("response.output_text.done", item, text, logprobs=[]))
+                done = self._items.message(item["id"], text, "completed")
+            out.append(self._part_event("response.content_part.done", part))
+        out.append(self._event("response.output_item.done", output_index=output_index, item=done))
+        self._items.done.append(done)
+        self._open = None
+        self._text = []
+        self._call_ended = False
+        return out
+
+    def _text_done(
+        self, kind: str, item: Mapping[str, Any], text: str, **extra: Any
+    ) -> StreamEvent:
+        return self._event(
+            kind,
+            item_id=item["id"],
+            output_index=len(self._items.done),
+            content_index=0,
+            text=text,
+            **extra,
+        )
