@@ -1,8 +1,9 @@
 """Ask a gateway through the official SDKs and reduce the answer to comparable parts.
 
-Streams are accumulated by the SDKs' own helpers (openai's ``ChatCompletionStreamState``,
-anthropic's ``messages.stream`` / ``get_final_message``), which also check the stream's
-grammar; reasoning (a DeepSeek extension on the OpenAI side) is summed from the chunks.
+Streams are accumulated by the SDKs' own helpers (openai's ``ChatCompletionStreamState``
+and ``responses.stream`` / ``get_final_response``, anthropic's ``messages.stream`` /
+``get_final_message``), which also check the stream's grammar; reasoning (a DeepSeek
+extension on the Chat side) is summed from the chunks.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 import anthropic
 import openai
 from openai.lib.streaming.chat import ChatCompletionStreamState
+from openai.types.responses import Response
 
 from tests.server.conftest import Gateway
 
@@ -40,8 +42,17 @@ def _arguments(text: str) -> dict[str, Any]:
 def ask(gateway: Gateway, api: str, stream: bool, *, thinking: bool, **extra: Any) -> Answer:
     """One request with a single user turn (plus ``extra`` request fields)."""
     messages = extra.pop("messages", [{"role": "user", "content": "go"}])
+    if api == "responses":
+        tools = [{"type": "function", **tool["function"]} for tool in extra.pop("tools", ())]
+        body: dict[str, Any] = {"model": "m", "input": messages, **extra}
+        if tools:
+            body["tools"] = tools
+        if not thinking:
+            body["reasoning"] = {"effort": "none"}
+        client_r = gateway.openai()
+        return ask_responses_stream(client_r, body) if stream else ask_responses(client_r, body)
     if api == "openai":
-        body: dict[str, Any] = {"model": "m", "messages": messages, **extra}
+        body = {"model": "m", "messages": messages, **extra}
         if not thinking:
             body["extra_body"] = {"chat_template_kwargs": {"thinking": False}}
         client = gateway.openai()
@@ -104,3 +115,28 @@ def ask_anthropic(client: anthropic.Anthropic, body: dict[str, Any]) -> Answer:
 def ask_anthropic_stream(client: anthropic.Anthropic, body: dict[str, Any]) -> Answer:
     with client.messages.stream(**body) as stream:
         return _from_message(stream.get_final_message())
+
+
+def from_response(response: Response) -> Answer:
+    """What a Responses client saw; ``finish`` is the response's status."""
+    content, reasoning, calls = [], [], []
+    for item in response.output:
+        if item.type == "message":
+            content += [part.text for part in item.content if part.type == "output_text"]
+        elif item.type == "reasoning":
+            reasoning += [part.text for part in item.content or ()]
+        elif item.type == "function_call":
+            calls.append((item.call_id, item.name, _arguments(item.arguments)))
+    return Answer("".join(content), "".join(reasoning), calls, str(response.status))
+
+
+def ask_responses(client: openai.OpenAI, body: dict[str, Any]) -> Answer:
+    return from_response(client.responses.create(**body))
+
+
+def ask_responses_stream(client: openai.OpenAI, body: dict[str, Any]) -> Answer:
+    with client.responses.stream(**body) as stream:
+        for event in stream:
+            if event.type in ("response.incomplete", "response.failed"):
+                return from_response(event.response)  # get_final_response wants completed
+        return from_response(stream.get_final_response())

@@ -1,7 +1,8 @@
 """``dsmlkit convert``: show how an API request converts to dsmlkit's canonical form.
 
-Reads an OpenAI Chat Completions or Anthropic Messages request body (FILE or stdin) and
-prints ``{"messages": [...], "tools": [...], "options": {...}}`` as JSON on stdout.
+Reads an OpenAI Chat Completions, Anthropic Messages or OpenAI Responses request body
+(FILE or stdin) and prints ``{"messages": [...], "tools": [...], "options": {...}}`` as
+JSON on stdout.
 
 Exit codes: 0 converted; 1 the request is invalid (the API's own error body, as JSON, on
 stdout); 2 FILE cannot be read (message on stderr).
@@ -19,19 +20,24 @@ from dsmlkit.cli import read_input
 from dsmlkit.dialects import DEFAULT_DIALECT, DIALECTS
 from dsmlkit.errors import ApiError, InvalidRequest
 
-ERROR_BODIES = {"openai": openai_error_body, "anthropic": anthropic_error_body}
+ERROR_BODIES = {
+    "openai": openai_error_body,
+    "anthropic": anthropic_error_body,
+    "responses": openai_error_body,
+}
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "convert",
-        help="convert an OpenAI or Anthropic request body to the canonical conversation",
+        help="convert an OpenAI Chat, Anthropic or OpenAI Responses request body to the "
+        "canonical conversation",
         description=(
             "Print the canonical messages, tools and options of a request body; an invalid "
             "request prints the API's error body on stdout and exits 1."
         ),
     )
-    parser.add_argument("--from", dest="api", required=True, choices=("openai", "anthropic"))
+    parser.add_argument("--from", dest="api", required=True, choices=tuple(ERROR_BODIES))
     parser.add_argument("--dialect", default=DEFAULT_DIALECT.name, choices=list(DIALECTS))
     parser.add_argument("file", nargs="?", metavar="FILE", help="request body (default: stdin)")
     parser.set_defaults(func=run)

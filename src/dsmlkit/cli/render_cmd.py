@@ -2,9 +2,9 @@
 
 Input (FILE or stdin, UTF-8 JSON): a list of messages, or an object with ``messages`` and
 optionally ``tools``, ``thinking_mode``, ``reasoning_effort`` and ``context`` (the form of the
-reference encoders' test inputs; ``context`` must be null). With ``--api openai|anthropic``
-the input is a full Chat Completions or Messages request body, converted by
-:mod:`dsmlkit.api`.
+reference encoders' test inputs; ``context`` must be null). With ``--api
+openai|anthropic|responses`` the input is a full Chat Completions, Messages or Responses
+request body, converted by :mod:`dsmlkit.api`.
 
 Precedence: a flag given on the command line wins over the same setting in the input
 (``thinking_mode``/``reasoning_effort`` of the object form, or the request body's own
@@ -76,7 +76,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--tool-reference", choices=("name", "schema"))
     parser.add_argument(
         "--api",
-        choices=("openai", "anthropic"),
+        choices=("openai", "anthropic", "responses"),
         help="the input is a full request body of this API",
     )
     parser.add_argument(

@@ -91,7 +91,8 @@ def register(subparsers: Any) -> None:
         default=os.environ.get(STATE_ENV, "memory"),
         help="where the gateway keeps reasoning between turns: memory (default), "
         "sqlite:PATH (survives restarts) or redis://HOST:PORT/DB (shared by replicas); "
-        f"default: ${STATE_ENV}, else memory. ${STATE_SECRET_ENV} signs thinking blocks",
+        f"default: ${STATE_ENV}, else memory. ${STATE_SECRET_ENV} signs thinking blocks "
+        "and seals Responses reasoning",
     )
     parser.set_defaults(func=run)
 
@@ -180,14 +181,15 @@ def _banner(host: str, port: int, config: ServerConfig, tokenizer: str) -> str:
         f"  dialect {config.dialect}, model {config.served_model}",
         f"  tokenizer: {tokenizer}",
         "  always on: GET /health, GET /v1/models, GET /metrics, "
-        "POST /v1/chat/completions/render, POST /v1/messages/render, POST /tokenize, "
+        "POST /v1/chat/completions/render, POST /v1/messages/render, "
+        "POST /v1/responses/render, POST /tokenize, "
         "POST /detokenize, POST /v1/messages/count_tokens, POST /v1/parse",
     ]
     if config.upstream_endpoint is None:
         lines.append("  gateway: off (no --upstream)")
     else:
         lines.append(
-            f"  gateway: POST /v1/chat/completions, POST /v1/messages -> "
+            f"  gateway: POST /v1/chat/completions, POST /v1/messages, POST /v1/responses -> "
             f"{config.upstream_endpoint} ({config.upstream_api})"
         )
     lines.append(f"  API key: {'required' if config.api_key else 'not required'}")

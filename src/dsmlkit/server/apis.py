@@ -1,7 +1,8 @@
-"""The two client APIs as the routes use them: error bodies, responses and SSE frames.
+"""The client APIs as the routes use them: error bodies, responses and SSE frames.
 
-Each route belongs to one API (``/v1/messages…`` is Anthropic, everything else speaks
-OpenAI's shapes); this module is the only place that picks between the two adapters.
+Each route belongs to one API (``/v1/messages…`` is Anthropic, ``/v1/responses…`` OpenAI
+Responses, everything else speaks OpenAI Chat's shapes); this module is the only place that
+picks between the adapters.
 """
 
 from __future__ import annotations
@@ -16,22 +17,28 @@ from dsmlkit.api import (
     AnthropicStream,
     ChatRequest,
     OpenAIStream,
+    ResponsesRequest,
+    ResponsesStream,
     Usage,
     anthropic_error_body,
     anthropic_response,
     openai_error_body,
     openai_response,
+    responses_response,
     sse_anthropic,
+    sse_event,
     sse_openai,
 )
 from dsmlkit.api.common import Api
-from dsmlkit.errors import ApiError
+from dsmlkit.errors import ApiError, CallerError
 from dsmlkit.parse import Diagnostic, Event, ParsedMessage
 
 
 def api_for_path(path: str) -> Api:
     """Which API's shapes a route answers in."""
-    return "anthropic" if path.startswith("/v1/messages") else "openai"
+    if path.startswith("/v1/messages"):
+        return "anthropic"
+    return "responses" if path.startswith("/v1/responses") else "openai"
 
 
 def error_body(api: Api, err: ApiError, request_id: str) -> dict[str, Any]:
@@ -52,9 +59,12 @@ def error_frame(api: Api, err: ApiError, request_id: str) -> str:
     return sse_openai(error_body(api, err, request_id))
 
 
+_ID_PREFIXES: dict[Api, str] = {"anthropic": "msg_", "responses": "resp_", "openai": "chatcmpl-"}
+
+
 def new_response_id(api: Api) -> str:
-    """``msg_…`` or ``chatcmpl-…`` with 24 random hex digits."""
-    return ("msg_" if api == "anthropic" else "chatcmpl-") + secrets.token_hex(12)
+    """``msg_…``, ``resp_…`` or ``chatcmpl-…`` with 24 random hex digits."""
+    return _ID_PREFIXES[api] + secrets.token_hex(12)
 
 
 def build_response(
@@ -67,9 +77,18 @@ def build_response(
     usage: Usage | None,
     stop_sequence: str | None,
     sign_thinking: Callable[[str], str] | None = None,
+    request: ChatRequest | None = None,
+    seal_key: bytes | None = None,
 ) -> dict[str, Any]:
     """The non-streaming response body in ``api``'s shape (``sign_thinking``: Anthropic's
-    thinking-block signatures)."""
+    thinking-block signatures; ``request`` and ``seal_key``: what a Responses ``response``
+    echoes and seals)."""
+    if api == "responses":
+        if not isinstance(request, ResponsesRequest):
+            raise CallerError("a Responses response echoes its request: pass request=")
+        return responses_response(
+            msg, request, id=response_id, created_at=created, usage=usage, seal_key=seal_key
+        )
     if api == "anthropic":
         return anthropic_response(
             msg,
@@ -88,6 +107,7 @@ class StreamFrames(Protocol):
     def start(self) -> list[str]: ...
     def feed(self, events: Sequence[Event]) -> list[str]: ...
     def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]: ...
+    def fail(self, err: ApiError, request_id: str) -> list[str]: ...
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]: ...
 
@@ -104,6 +124,9 @@ class _OpenAIFrames:
 
     def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]:
         return self._stream.finish_sse(usage)
+
+    def fail(self, err: ApiError, request_id: str) -> list[str]:
+        return [error_frame("openai", err, request_id)]
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
@@ -131,6 +154,36 @@ class _AnthropicFrames:
     def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]:
         return self._stream.finish_sse(usage, stop_sequence=stop_sequence)
 
+    def fail(self, err: ApiError, request_id: str) -> list[str]:
+        return [error_frame("anthropic", err, request_id)]
+
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]:
+        return tuple(self._stream.diagnostics)
+
+
+class _ResponsesFrames:
+    def __init__(
+        self, req: ResponsesRequest, response_id: str, created: int, seal_key: bytes | None
+    ) -> None:
+        self._stream = ResponsesStream(req, id=response_id, created_at=created, seal_key=seal_key)
+
+    @staticmethod
+    def _frames(events: list[dict[str, Any]]) -> list[str]:
+        return [sse_event(event["type"], event) for event in events]
+
+    def start(self) -> list[str]:
+        return self._frames(self._stream.start())
+
+    def feed(self, events: Sequence[Event]) -> list[str]:
+        return self._frames(self._stream.feed(list(events)))
+
+    def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]:
+        return self._frames(self._stream.finish(usage))
+
+    def fail(self, err: ApiError, request_id: str) -> list[str]:
+        return self._frames(self._stream.fail(str(err)))
+
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         return tuple(self._stream.diagnostics)
@@ -143,8 +196,12 @@ def stream_frames(
     created: int,
     prompt_usage: Usage | None,
     sign_thinking: Callable[[str], str] | None = None,
+    seal_key: bytes | None = None,
 ) -> StreamFrames:
-    """The frame writer for ``req``'s API; ``prompt_usage`` is what is known at the start."""
+    """The frame writer for ``req``'s API; ``prompt_usage`` is what is known at the start
+    (``sign_thinking`` for Anthropic, ``seal_key`` for Responses)."""
+    if isinstance(req, ResponsesRequest):
+        return _ResponsesFrames(req, response_id, created, seal_key)
     if req.api == "anthropic":
         return _AnthropicFrames(req, response_id, prompt_usage, sign_thinking)
     return _OpenAIFrames(req, response_id, created)

@@ -37,7 +37,8 @@ class ServerConfig:
     max_body_bytes: int = 32 * 1024 * 1024
     #: ``memory``, ``sqlite:PATH`` or ``redis://HOST:PORT/DB`` (see :mod:`.state_store`).
     state: str = "memory"
-    #: Signs Anthropic thinking blocks (see :mod:`.reasoning_store`); default: random.
+    #: Signs Anthropic thinking blocks (see :mod:`.reasoning_store`) and seals Responses
+    #: reasoning (``encrypted_content``, :mod:`dsmlkit.api.seal`); default: random.
     state_secret: str | None = None
 
     def __post_init__(self) -> None:

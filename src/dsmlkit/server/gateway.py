@@ -47,7 +47,6 @@ from dsmlkit.parse import Diagnostic, Event, MessageCollector, OutputEnd
 from dsmlkit.server.apis import (
     StreamFrames,
     build_response,
-    error_frame,
     new_response_id,
     stream_frames,
 )
@@ -157,6 +156,11 @@ async def messages(request: Request) -> Response:
     return await _gateway(request, "anthropic")
 
 
+@router.post("/v1/responses")
+async def responses(request: Request) -> Response:
+    return await _gateway(request, "responses")
+
+
 async def _gateway(request: Request, api: Api) -> Response:
     state = state_of(request)
     record = record_of(request)
@@ -188,9 +192,10 @@ async def _gateway(request: Request, api: Api) -> Response:
             created=created,
             prompt_usage=prompt_usage,
             sign_thinking=sign_thinking,
+            seal_key=state.seal_key,
         )
         return StreamingResponse(
-            _stream_body(frames, events, outcome, record, api),
+            _stream_body(frames, events, outcome, record),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
             # runs after the last byte, after a disconnect, even if the body never started
@@ -216,6 +221,8 @@ async def _gateway(request: Request, api: Api) -> Response:
             usage=outcome.usage,
             stop_sequence=outcome.stop_sequence,
             sign_thinking=sign_thinking,
+            request=req,
+            seal_key=state.seal_key,
         )
 
     result = await _cancel_on_disconnect(request, collect, record)
@@ -264,7 +271,7 @@ def _completions_plan(state: ServerState, api: Api, body: Any) -> _Plan:
 
 
 def _chat_plan(state: ServerState, api: Api, body: Any) -> _Plan:
-    req = parse_request(api, body, dialect=state.config.dialect)
+    req = parse_request(api, body, dialect=state.config.dialect, seal_key=state.seal_key)
     upstream_body = dict(body) if api == "openai" else to_openai_chat_body(req)
     upstream_body.update(stream=True, stream_options={"include_usage": True})
     if state.config.model is not None:
@@ -387,7 +394,6 @@ async def _stream_body(
     events: AsyncGenerator[list[Event], None],
     outcome: _Outcome,
     record: RequestRecord,
-    api: Api,
 ) -> AsyncIterator[str]:
     """The SSE body: frames as events arrive; an error event if the upstream fails."""
     try:
@@ -402,7 +408,7 @@ async def _stream_body(
     except UpstreamError as exc:
         err = upstream_api_error(exc)
         record.fail(err.type, err.message)
-        yield error_frame(api, err, record.id)
+        yield "".join(frames.fail(err, record.id))
     except anyio.get_cancelled_exc_class():
         record.fail(*_DISCONNECTED)
         raise
@@ -410,7 +416,7 @@ async def _stream_body(
         LOGGER.exception("request %s: streaming failed", record.id)
         err = ApiError.for_status(500, f"internal error: {type(exc).__name__}")
         record.fail(err.type, str(exc))
-        yield error_frame(api, err, record.id)
+        yield "".join(frames.fail(err, record.id))
 
 
 async def _finish_upstream(upstream: _Upstream, record: RequestRecord) -> None:

@@ -73,6 +73,11 @@ async def render_anthropic(request: Request) -> JSONResponse:
     return JSONResponse(await _render(request, "anthropic"))
 
 
+@router.post("/v1/responses/render")
+async def render_responses(request: Request) -> JSONResponse:
+    return JSONResponse(await _render(request, "responses"))
+
+
 async def _render(request: Request, api: Api) -> dict[str, Any]:
     """vLLM's render response (``request_id``, ``token_ids``, ``sampling_params``, ``model``,
     ``stream``) plus the prompt text and what dsmlkit knows about it."""

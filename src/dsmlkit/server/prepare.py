@@ -47,7 +47,7 @@ class Prepared:
 
 def prepare(state: ServerState, api: Api, body: Any) -> Prepared:
     """Read, render and tokenize one request body; caller mistakes raise at once."""
-    req = parse_request(api, body, dialect=state.config.dialect)
+    req = parse_request(api, body, dialect=state.config.dialect, seal_key=state.seal_key)
     result = render_conversation(req.conversation, req.render)
     token_ids = state.tokenizer.encode_prompt(result) if state.tokenizer is not None else None
     return Prepared(req, result, token_ids)

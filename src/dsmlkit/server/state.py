@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -50,9 +51,15 @@ class ServerState:
     #: The reasoning round trip, on the ``--state`` store (opened with the state).
     reasoning: ReasoningMemory = field(init=False)
 
+    #: Seals the reasoning of Responses answers (``encrypted_content``): the same server
+    #: secret that signs Anthropic thinking blocks.
+    seal_key: bytes = field(init=False)
+
     def __post_init__(self) -> None:
         store = open_store(self.config.state)
-        self.reasoning = ReasoningMemory(store, ThinkingSigner(self.config.state_secret))
+        secret = self.config.state_secret or secrets.token_hex(32)
+        self.reasoning = ReasoningMemory(store, ThinkingSigner(secret))
+        self.seal_key = secret.encode()
 
     def upstream(self) -> UpstreamClient:
         """The upstream client (made on first use); a 404 when no upstream is configured."""
