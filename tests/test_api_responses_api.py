@@ -533,6 +533,7 @@ CALL = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
         (body("x", tool_choice={"type": "web_search"}), "tool_choice.type"),
         (body("x", reasoning={"effort": "huge"}), "reasoning.effort"),
         (body("x", reasoning={"summary": "long"}), "reasoning.summary"),
+        (body("x", reasoning={"effort": 101}), "reasoning.effort"),
         (body("x", text={"format": {"type": "xml"}}), "text.format.type"),
         (body("x", text={"format": {"type": "json_schema", "name": "n"}}), "text.format.schema"),
         (body("x", max_output_tokens=0), "max_output_tokens"),

@@ -23,16 +23,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsmlkit.api.common import (
-    EFFORT_NAMES,
     ChatRequest,
     ParseOptions,
     Usage,
     check_choice_has_tools,
     coalesce,
-    effort_for_dialect,
     named_choice,
+    note_ignored,
+    read_effort,
     read_numbers,
+    read_switch,
     request_root,
+    resolve_thinking,
     response_diagnostics,
 )
 from dsmlkit.api.fields import Field
@@ -78,6 +80,18 @@ _MESSAGE_ROLES: dict[str, Role] = {
 }
 #: Characters that already end a namespace as a separator (``mcp__server__`` + ``tool``).
 _SEPARATORS = ("_", ".", ":", "-")
+#: Fields accepted and echoed or ignored: they change nothing in the prompt.
+IGNORED_FIELDS = (
+    "metadata",
+    "store",
+    "include",
+    "user",
+    "service_tier",
+    "prompt_cache_key",
+    "client_metadata",
+    "safety_identifier",
+    "truncation",
+)
 #: Tool fields that describe the tool to the API, not to the model.
 _NOT_SHOWN = ("type", "defer_loading")
 
@@ -142,18 +156,28 @@ def parse_responses_request(
         text = _instructions(instructions)
         messages.append(Message("instructions", "system", (TextPart(text),), plain=True))
     messages += _Input(namespaces, seal_key, notes).convert(root["input"])
-    thinking, requested_effort, reasoning = _reasoning(root["reasoning"])
-    effort = effort_for_dialect(requested_effort, resolved, "reasoning.effort", notes)
+    requested_effort, reasoning = _reasoning(root["reasoning"])
+    thinking, effort = resolve_thinking(
+        [(read_switch(root["thinking"]), "thinking.type")],
+        requested_effort,
+        "reasoning.effort",
+        default=True,
+        dialect=resolved,
+        notes=notes,
+    )
     response_format, text_echo = _text(root["text"])
-    _note_accepted(root, notes)
+    if root["previous_response_id"].present:
+        notes.append(
+            "previous_response_id: this server keeps no responses; only this request's "
+            "input was rendered"
+        )
+    note_ignored(root, IGNORED_FIELDS, notes)
     conversation = finish_conversation(messages, tools, response_format, notes)
     tool_choice = _tool_choice(root["tool_choice"], conversation.tools)
     include = [item.string() for item in root["include"].array()] if root["include"].present else []
-    sampling: dict[str, Any] = {}
     max_output = root["max_output_tokens"]
-    if max_output.present:
-        sampling["max_tokens"] = max_output.integer(minimum=1)
-    sampling.update(read_numbers(root, ("temperature", "top_p")))
+    max_tokens = max_output.integer(minimum=1) if max_output.present else None
+    sampling = read_numbers(root, ("temperature", "top_p"))
     if root["background"].present and root["background"].boolean():
         raise root["background"].error("background responses are not supported; omit it")
     previous = root["previous_response_id"]
@@ -166,7 +190,7 @@ def parse_responses_request(
         namespaces=namespaces,
         reasoning=reasoning,
         text=text_echo,
-        max_output_tokens=sampling.get("max_tokens"),
+        max_output_tokens=max_tokens,
         metadata=_metadata(root["metadata"]),
         store=root["store"].boolean() if root["store"].present else True,
         previous_response_id=previous.string() if previous.present else None,
@@ -185,21 +209,10 @@ def parse_responses_request(
         parallel_tool_calls=parallel.boolean() if parallel.present else True,
         stream=root["stream"].boolean() if root["stream"].present else False,
         include_usage=True,
+        max_tokens=max_tokens,
         sampling=sampling,
         responses=options,
     )
-
-
-def _note_accepted(root: Field, notes: list[str]) -> None:
-    """Fields that are accepted but change nothing in the prompt."""
-    if root["previous_response_id"].present:
-        notes.append(
-            "previous_response_id: this server keeps no responses; only this request's "
-            "input was rendered"
-        )
-    for name in ("prompt_cache_key", "client_metadata", "safety_identifier", "user"):
-        if root[name].present:
-            notes.append(f"{name}: accepted; it does not change the prompt")
 
 
 def _instructions(field: Field) -> str:
@@ -407,20 +420,18 @@ def _tool_choice(field: Field, tools: Sequence[Tool]) -> str | dict[str, Any]:
     return choice
 
 
-def _reasoning(field: Field) -> tuple[bool, str | None, dict[str, Any]]:
-    """``(thinking, effort, echo)``: effort ``none`` turns thinking off (DeepSeek's rule)."""
+def _reasoning(field: Field) -> tuple[str | int | None, dict[str, Any]]:
+    """``(effort, echo)`` from ``reasoning`` (``summary`` is echoed only)."""
     if not field.present:
-        return True, None, {}
-    effort = field["effort"]
-    name = effort.choice(("none", "minimal", *EFFORT_NAMES)) if effort.present else None
+        return None, {}
+    effort = read_effort(field["effort"])
     summary = field["summary"]
-    summary_value = (
-        summary.choice(("auto", "concise", "detailed", "none")) if summary.present else None
-    )
-    echo = {"effort": name, "summary": summary_value}
-    if name == "none":
-        return False, None, echo
-    return True, ("low" if name == "minimal" else name), echo
+    summaries = ("auto", "concise", "detailed", "none")
+    echo = {
+        "effort": field["effort"].value if field["effort"].present else None,
+        "summary": summary.choice(summaries) if summary.present else None,
+    }
+    return effort, echo
 
 
 def _text(field: Field) -> tuple[Mapping[str, Any] | None, dict[str, Any]]:
