@@ -391,10 +391,20 @@ def test_effort_none_turns_thinking_off_and_matches_chat() -> None:
         prompt(body("Hi", reasoning={"effort": "none"}))
         == render_conversation(chat_req.conversation, chat_req.render).prompt
     )
-    assert (
-        parse_responses_request(body("Hi", reasoning={"effort": "minimal"})).render.reasoning_effort
-        == "low"
+    for effort in ("minimal", "medium", "xhigh", "max", 40):
+        responses_req = parse_responses_request(body("Hi", reasoning={"effort": effort}))
+        same = parse_request("openai", {**chat, "reasoning_effort": effort})
+        assert responses_req.render == same.render
+
+
+def test_thinking_switch_wins_over_effort_none() -> None:
+    req = parse_responses_request(
+        body("Hi", thinking={"type": "enabled"}, reasoning={"effort": "none"})
     )
+    assert req.render.thinking is True and req.render.reasoning_effort is None
+    assert any("overridden by thinking.type" in note for note in req.conversation.notes)
+    off = parse_responses_request(body("Hi", thinking={"type": "disabled"}))
+    assert off.render.thinking is False
 
 
 def test_text_format_and_limits() -> None:
@@ -416,7 +426,7 @@ def test_text_format_and_limits() -> None:
         "type": "json_schema",
         "json_schema": {"name": "out", "schema": schema, "strict": True},
     }
-    assert req.sampling == {"max_tokens": 64, "temperature": 0.2}
+    assert (req.max_tokens, dict(req.sampling)) == (64, {"temperature": 0.2})
     assert req.responses.metadata == {"k": "v"}
     assert req.responses.previous_response_id == "resp_1"
     assert any("previous_response_id" in note for note in req.conversation.notes)
