@@ -198,7 +198,7 @@ def test_string_input_and_instructions() -> None:
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": "Hi"},
     ]
-    assert req.render.thinking is True and req.tool_choice == "none"
+    assert req.render.thinking is True and req.conversation.tool_choice.mode == "none"
 
 
 def test_easy_messages_without_type() -> None:

@@ -26,9 +26,7 @@ from dsmlkit.api.common import (
     ChatRequest,
     ParseOptions,
     Usage,
-    check_choice_has_tools,
     coalesce,
-    named_choice,
     note_ignored,
     read_effort,
     read_numbers,
@@ -55,6 +53,7 @@ from dsmlkit.parse import (
 )
 from dsmlkit.render import RenderOptions, resolve_dialect
 from dsmlkit.render.conversation import (
+    CHOICE_MODES,
     HistoryCall,
     ImagePart,
     Message,
@@ -62,6 +61,7 @@ from dsmlkit.render.conversation import (
     Role,
     TextPart,
     Tool,
+    ToolChoice,
     history_arguments,
     read_response_format,
     tool,
@@ -172,8 +172,9 @@ def parse_responses_request(
             "input was rendered"
         )
     note_ignored(root, IGNORED_FIELDS, notes)
-    conversation = finish_conversation(messages, tools, response_format, notes)
-    tool_choice = _tool_choice(root["tool_choice"], conversation.tools)
+    conversation = finish_conversation(
+        messages, tools, response_format, notes, _tool_choice(root["tool_choice"])
+    )
     include = [item.string() for item in root["include"].array()] if root["include"].present else []
     max_output = root["max_output_tokens"]
     max_tokens = max_output.integer(minimum=1) if max_output.present else None
@@ -205,7 +206,6 @@ def parse_responses_request(
         conversation=conversation,
         render=RenderOptions(dialect=resolved, thinking=thinking, reasoning_effort=effort),
         parse=ParseOptions(resolved, conversation.tools),
-        tool_choice=tool_choice,
         parallel_tool_calls=parallel.boolean() if parallel.present else True,
         stream=root["stream"].boolean() if root["stream"].present else False,
         include_usage=True,
@@ -396,28 +396,23 @@ def _function(item: Field, name: str) -> Tool:
     return tool(function, deferred.boolean() if deferred.present else False, item["name"].path)
 
 
-def _tool_choice(field: Field, tools: Sequence[Tool]) -> str | dict[str, Any]:
+def _tool_choice(field: Field) -> ToolChoice | None:
+    """``none`` | ``auto`` | ``required`` | ``{"type": "function", "name", "namespace"?}``."""
     if not field.present:
-        return "auto" if tools else "none"
-    choice: str | dict[str, Any]
+        return None
     if isinstance(field.value, str):
-        choice = field.choice(("none", "auto", "required"))
-    else:
-        kind = field["type"].nonempty_string()
-        if kind != "function":
-            raise field["type"].error(
-                f"tool_choice {kind!r} names a tool dsmlkit does not offer; use none, auto, "
-                "required or a function"
-            )
-        name = field["name"]
-        if field["namespace"].present:
-            space = field["namespace"].nonempty_string()
-            name = Field(qualified_name(space, name.nonempty_string()), name.path)
-        choice = named_choice(name, tools)
-    if choice == "auto" and not tools:
-        return "none"
-    check_choice_has_tools(choice, tools, field)
-    return choice
+        return ToolChoice(CHOICE_MODES[field.choice(CHOICE_MODES)], param=field.path)
+    kind = field["type"].nonempty_string()
+    if kind != "function":
+        raise field["type"].error(
+            f"tool_choice {kind!r} names a tool dsmlkit does not offer; use none, auto, "
+            "required or a function"
+        )
+    name = field["name"]
+    qualified = name.nonempty_string()
+    if field["namespace"].present:
+        qualified = qualified_name(field["namespace"].nonempty_string(), qualified)
+    return ToolChoice("required", qualified, name.path)
 
 
 def _reasoning(field: Field) -> tuple[str | int | None, dict[str, Any]]:
