@@ -103,6 +103,16 @@ TRANSITIONS: Final[dict[State, frozenset[State]]] = {
     _S.DONE: frozenset(),
 }
 
+# The states as module constants: reading an enum member off its class is slow in 3.11.
+_TEXT: Final = State.TEXT
+_BLOCK: Final = State.BLOCK
+_INVOKE: Final = State.INVOKE
+_VALUE: Final = State.VALUE
+_JSON_BODY: Final = State.JSON_BODY
+_DIRECT_DONE: Final = State.DIRECT_DONE
+_AFTER_BLOCK: Final = State.AFTER_BLOCK
+_DONE: Final = State.DONE
+
 #: Whitespace allowed between a closer and the tag that decides it.
 MAX_FOLLOWER_GAP: Final = 512
 
@@ -203,7 +213,7 @@ class Parser:
         self._final = False
         self._closed = False
         self._failed: str | None = None  # why an earlier call raised
-        self._state = State.TEXT
+        self._state = _TEXT
         self._reasoning = start_in == "reasoning"
         self._fresh = True  # nothing consumed yet (a leading <think> opens reasoning)
         self._in_block = False
@@ -215,6 +225,7 @@ class Parser:
         self._tail: list[str] = []  # text after the block (or after EOS)
         self._tentative: tuple[str, int] | None = None  # closing sequence, first closer length
         self._settling: _Settling | None = None
+        self._gap = -1  # the machine waits only for the end of this much trailing whitespace
         self._body_raw: list[str] = []
         self._json_depth = 0
         self._json_in_string = False
@@ -244,13 +255,17 @@ class Parser:
             # Hot path: nothing held back and no tag can start in this delta.
             state = self._state
             call = self._call
-            if state == State.VALUE and call is not None and call.live:
+            if state == _VALUE and call is not None and call.live:
                 fragment = encode_basestring(text)[1:-1]
                 call.parts.append(fragment)
                 return [arguments_delta(call.index, fragment)]
-            if state == State.TEXT and text[-1] != "\n":
+            if state == _TEXT and text[-1] != "\n":
                 self._fresh = False
                 return [ReasoningDelta(text) if self._reasoning else ContentDelta(text)]
+        if self._gap >= 0 and self._gap + len(text) <= MAX_FOLLOWER_GAP and text.isspace():
+            self._buf += text  # more whitespace decides nothing: no need to read again
+            self._gap += len(text)
+            return []
         try:
             self.work += len(self._buf) - self._pos
             self._buf = self._buf[self._pos :] + text if self._pos else self._buf + text
@@ -271,7 +286,7 @@ class Parser:
             self._final = True
             self._engine_finish = finish_reason
             self._run()
-            if self._state == State.AFTER_BLOCK and self._tentative is not None:
+            if self._state == _AFTER_BLOCK and self._tentative is not None:
                 self._settle(finish_reason == "length")
             self._closed = True
             self._finish(finish_reason)
@@ -297,8 +312,9 @@ class Parser:
 
     def _run(self) -> None:
         handlers = self._handlers
+        self._gap = -1
         while self._pos < len(self._buf) and handlers[self._state]():
-            pass
+            self._gap = -1
 
     def _go(self, state: State) -> None:
         assert state in TRANSITIONS[self._state], (self._state, state)
@@ -346,10 +362,10 @@ class Parser:
             self._fresh = False
             if kind is TagKind.BLOCK_OPEN:
                 self._in_block, self._block_calls = True, 0
-                self._go(State.BLOCK)
+                self._go(_BLOCK)
             else:
                 self._start_call(tag.name)
-                self._go(State.INVOKE)
+                self._go(_INVOKE)
             self._pos = tag.end
             return True
         # Every other tag keeps the newlines before it as text.
@@ -366,7 +382,7 @@ class Parser:
             else:
                 self._emit_text(buf[lt : tag.end])
         elif kind is TagKind.EOS:
-            self._go(State.DONE)
+            self._go(_DONE)
         elif kind is TagKind.PARAM_OPEN:
             self._emit_text(buf[lt : tag.end])
         else:
@@ -418,7 +434,7 @@ class Parser:
             if isinstance(tag, Tag) and self._between_tags_tag(tag, in_invoke):
                 return True
         elif in_invoke and buf[pos] == "{" and call is not None and not self._stray:
-            self._go(State.JSON_BODY)
+            self._go(_JSON_BODY)
             self._json_depth, self._json_in_string = 0, False
             return True
         lt = buf.find("<", pos + 1)
@@ -434,7 +450,7 @@ class Parser:
         if kind is TagKind.EOS:
             self._flush_stray()
             self._pos = tag.end
-            self._go(State.DONE)
+            self._go(_DONE)
             return True
         if in_invoke and call is not None:
             if kind is TagKind.PARAM_OPEN:
@@ -442,14 +458,14 @@ class Parser:
                 self._note_typo(tag)
                 call.open_parameter(tag.name, tag.is_string)
                 self._pos = tag.end
-                self._go(State.VALUE)
+                self._go(_VALUE)
                 return True
             if kind is TagKind.INVOKE_CLOSE:
                 self._flush_stray()
                 self._note_typo(tag)
                 self._end_call(call)
                 self._pos = tag.end
-                self._go(State.BLOCK if self._in_block else State.DIRECT_DONE)
+                self._go(_BLOCK if self._in_block else _DIRECT_DONE)
                 return True
             if kind is TagKind.INVOKE_OPEN or kind is TagKind.BLOCK_CLOSE:
                 self._flush_stray()
@@ -459,7 +475,7 @@ class Parser:
                     "",
                 )
                 self._end_call(call)
-                self._go(State.BLOCK if self._in_block else State.DIRECT_DONE)
+                self._go(_BLOCK if self._in_block else _DIRECT_DONE)
                 if self._in_block or kind is TagKind.INVOKE_OPEN:
                     return True  # the block/direct state handles the tag
                 self._diagnose("stray_closer", "dropped a block closer with no open block", "")
@@ -471,7 +487,7 @@ class Parser:
             self._note_typo(tag)
             self._start_call(tag.name)
             self._pos = tag.end
-            self._go(State.INVOKE)
+            self._go(_INVOKE)
             return True
         if kind is TagKind.BLOCK_CLOSE:
             self._flush_stray()
@@ -525,7 +541,7 @@ class Parser:
                 continue
             if tag.kind is TagKind.EOS:
                 self._pos = tag.end
-                self._go(State.DONE)
+                self._go(_DONE)
                 return True
             if self._apply_param_close(call, tag, verdict):
                 return True
@@ -578,7 +594,7 @@ class Parser:
                 self._note_typo(tag)
                 self._tentative = (self._buf[tag.start : decider.end], tag.end - tag.start)
                 self._pos = decider.end
-                self._go(State.AFTER_BLOCK)
+                self._go(_AFTER_BLOCK)
                 return True
             if self._tentative_is_value_text(settling, decider.end):
                 self._closers_were_value_text(call, settling)
@@ -588,17 +604,17 @@ class Parser:
             self._end_call(call)
             self._in_block = False
             self._pos = decider.end
-            self._go(State.AFTER_BLOCK)
+            self._go(_AFTER_BLOCK)
             return True
         self._note_typo(tag)
         call.close_parameter()
         self._pos = tag.end
-        self._go(State.INVOKE)
+        self._go(_INVOKE)
         if isinstance(decider, Tag) and decider.kind is TagKind.INVOKE_CLOSE:
             self._note_typo(decider)
             self._end_call(call)
             self._pos = decider.end
-            self._go(State.BLOCK if self._in_block else State.DIRECT_DONE)
+            self._go(_BLOCK if self._in_block else _DIRECT_DONE)
         return True
 
     def _json_body(self) -> bool:
@@ -633,13 +649,13 @@ class Parser:
         raw = "".join(self._body_raw)
         self._body_raw = []
         call.body(raw)
-        self._go(State.INVOKE)
+        self._go(_INVOKE)
         return True
 
     def _direct_done(self) -> bool:
         self._pos = _skip_whitespace(self._buf, self._pos)
         if self._pos < len(self._buf):
-            self._go(State.TEXT)
+            self._go(_TEXT)
             return True
         return False
 
@@ -664,7 +680,10 @@ class Parser:
         if j - start > MAX_FOLLOWER_GAP:
             return None
         if j >= len(buf):
-            return _EOO if self._final else PENDING
+            if self._final:
+                return _EOO
+            self._gap = j - start  # undecided until something but whitespace arrives
+            return PENDING
         if buf[j] == "<":
             tag = self._scan(buf, j)
             return _EOO if tag is CUT_OFF else tag
@@ -697,10 +716,10 @@ class Parser:
     def _close_block(self) -> None:
         self._in_block = False
         if self._block_calls:
-            self._go(State.AFTER_BLOCK)
+            self._go(_AFTER_BLOCK)
         else:
             self._diagnose("empty_block", "dropped an empty tool-call block", "")
-            self._go(State.TEXT)
+            self._go(_TEXT)
 
     # ------------------------------------------------------------------ the end
 
@@ -730,7 +749,7 @@ class Parser:
             return
         self.work += len(buf)
         self._settling = settling
-        self._go(State.VALUE)  # the rewind: the first closer was value text
+        self._go(_VALUE)  # the rewind: the first closer was value text
         self._pos = first_closer
         self._closers_were_value_text(call, settling, first_closer)
         self._run()
@@ -798,7 +817,7 @@ class Parser:
             else:
                 self._diagnose("empty_block", "dropped an empty tool-call block", "")
         tail = "".join(self._tail)
-        if self._state == State.DONE:
+        if self._state == _DONE:
             before_eos, after_eos = "", tail
         else:
             before_eos, _, after_eos = tail.partition(EOS)

@@ -198,6 +198,9 @@ class TagScanner:
         self._grammar = grammar
         self._all_names = {**grammar.names, **grammar.typo_names}
         self._longest_name = max(map(len, self._all_names))
+        # What may follow '<' in any tag (a fast "not a tag" for ordinary '<' in text).
+        bars = _LENIENT_BARS + " " if grammar.lenient else _BARS
+        self._second = frozenset(bars + "/" + THINK_OPEN[1] + EOS[1])
 
     def scan(
         self, text: str, start: int, final: bool, *, in_value: bool = False
@@ -208,20 +211,22 @@ class TagScanner:
         ``<`` is inside a parameter value, where a lenient grammar also takes a plain
         ``</parameter>`` as a parameter closer.
         """
-        limit = start + MAX_TAG_LENGTH
-        windowed = len(text) >= limit  # the window is complete: nothing can be pending
-        result = self._scan(text, start, min(len(text), limit), in_value)
-        if result is PENDING and (final or windowed):
+        n = len(text)
+        if start + 1 < n and text[start + 1] not in self._second:
             return None
-        return result
+        limit = start + MAX_TAG_LENGTH
+        if n >= limit:  # the window is complete: nothing can be pending
+            result = self._scan(text, start, limit, in_value)
+            return None if result is PENDING else result
+        result = self._scan(text, start, n, in_value)
+        return None if result is PENDING and final else result
 
     def _scan(self, text: str, start: int, n: int, in_value: bool) -> Tag | Pending | None:
         """The tag in ``text[start:n]`` (``n`` is the end of the window)."""
-        for literal, kind in _LITERALS:
-            piece = text[start : min(n, start + len(literal))]
-            if piece == literal:
+        for literal, kind in _LITERALS:  # each far shorter than the window
+            if text.startswith(literal, start):
                 return Tag(kind, start, start + len(literal))
-            if len(piece) < len(literal) and literal.startswith(piece):
+            if n - start < len(literal) and literal.startswith(text[start:n]):
                 return PENDING
         i = start + 1
         if i >= n:
@@ -306,37 +311,49 @@ class TagScanner:
         """Lenient: one or two bars (``｜``, ``|`` or ``‖``) each side of ``DSML``, with up
         to two spaces around each group of bars; index after it (-1 pending, -2 no marker)
         and a typo note."""
-        j = _skip_spaces(text, i, n)
+        j = i
+        spaced = False
+        if j < n and text[j] == " ":
+            j = _skip_spaces(text, j, n)
+            if j - i > _MAX_MARKER_SPACES:
+                return -2, ""
+            spaced = True
         if j >= n:
-            return -1 if j - i <= _MAX_MARKER_SPACES else -2, ""
-        if j - i > _MAX_MARKER_SPACES:
-            return -2, ""
-        lead_start = j
-        while j < n and j - lead_start < 2 and text[j] in _LENIENT_BARS:
+            return -1, ""
+        lead = j
+        while j < n and j - lead < 2 and text[j] in _LENIENT_BARS:
             j += 1
-        if j == lead_start:
+        if j == lead:
             return -2, ""
-        k = _skip_spaces(text, j, n)
-        if k - j > _MAX_MARKER_SPACES:
-            return -2, ""
-        body = text[k : min(n, k + 4)]
+        k = j
+        if k < n and text[k] == " ":
+            k = _skip_spaces(text, k, n)
+            if k - j > _MAX_MARKER_SPACES:
+                return -2, ""
+            spaced = True
+        body = text[k : k + 4] if k + 4 <= n else text[k:n]
         if body != "DSML":
             return (-1 if len(body) < 4 and "DSML".startswith(body) else -2), ""
-        m = _skip_spaces(text, k + 4, n)
+        m = k + 4
+        if m < n and text[m] == " ":
+            m = _skip_spaces(text, m, n)
+            if m - k - 4 > _MAX_MARKER_SPACES:
+                return -2, ""
+            spaced = True
         if m >= n:
-            return (-1 if m - k - 4 <= _MAX_MARKER_SPACES else -2), ""
-        if m - k - 4 > _MAX_MARKER_SPACES:
-            return -2, ""
-        trail_start = m
-        while m < n and m - trail_start < 2 and text[m] in _LENIENT_BARS:
-            m += 1
-        if m == trail_start:
-            return -2, ""
-        if m >= n and m - trail_start < 2:
             return -1, ""
-        marker = text[i:m]
-        typo = "" if marker in (MARKER, ASCII_MARKER) else f"marker spelled {marker!r}"
-        return m, typo
+        trail = m
+        while m < n and m - trail < 2 and text[m] in _LENIENT_BARS:
+            m += 1
+        if m == trail:
+            return -2, ""
+        if m >= n and m - trail < 2:
+            return -1, ""
+        if not spaced and j - lead == 1 and m - trail == 1:
+            marker = text[lead] + "DSML" + text[trail]
+            if marker in (MARKER, ASCII_MARKER):
+                return m, ""
+        return m, f"marker spelled {text[i:m]!r}"
 
     def _classify_name(self, word: str, closing: bool) -> tuple[str | None, str]:
         role = self._grammar.names.get(word)
