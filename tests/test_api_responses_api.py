@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -556,3 +558,79 @@ CALL = {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"}
 )
 def test_malformed_bodies_name_the_param(request_body: Any, param: str | None) -> None:
     assert rejects(request_body).param == param
+
+
+# --- the command line (the contract an external check drives) ------------------------------
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "dsmlkit", *args], capture_output=True)
+
+
+CODEX_TURN = body(
+    [
+        {"role": "user", "content": "ls"},
+        {
+            "type": "reasoning",
+            "id": "rs",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": "Run it."}],
+        },
+        {"type": "function_call", "call_id": "c1", "name": "shell", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "a.txt"},
+    ],
+    instructions="Be brief.",
+    tools=[{"type": "function", "name": "shell"}, {"type": "web_search"}],
+    tool_choice={"type": "function", "name": "shell"},
+)
+
+
+def test_cli_render_api_responses(tmp_path: Path) -> None:
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(CODEX_TURN), "utf-8")
+    done = cli("render", "--dialect", "v4.1", "--api", "responses", str(path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode("utf-8") == prompt(CODEX_TURN)
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(body([])), "utf-8")
+    refused = cli("render", "--dialect", "v4.1", "--api", "responses", str(broken))
+    assert refused.returncode == 1 and b"input: must hold at least one item" in refused.stderr
+
+
+def test_cli_convert_from_responses(tmp_path: Path) -> None:
+    path = tmp_path / "request.json"
+    path.write_text(json.dumps(CODEX_TURN), "utf-8")
+    done = cli("convert", "--from", "responses", str(path))
+    assert done.returncode == 0, done.stderr
+    converted = json.loads(done.stdout)
+    assert converted["messages"] == messages_of(CODEX_TURN)
+    assert [t["function"]["name"] for t in converted["tools"]] == ["shell"]
+    assert converted["options"]["tool_choice"] == {
+        "type": "function",
+        "function": {"name": "shell"},
+    }
+    path.write_text(json.dumps(body("x", reasoning={"effort": "huge"})), "utf-8")
+    refused = cli("convert", "--from", "responses", str(path))
+    assert refused.returncode == 1
+    error = json.loads(refused.stdout)["error"]
+    assert (error["param"], error["type"]) == ("reasoning.effort", "invalid_request_error")
+
+
+def test_namespaced_tool_choice() -> None:
+    tools = [
+        {
+            "type": "namespace",
+            "name": "crm",
+            "description": "",
+            "tools": [{"type": "function", "name": "lookup"}],
+        }
+    ]
+    choice = {"type": "function", "namespace": "crm", "name": "lookup"}
+    req = parse_responses_request(body("q", tools=tools, tool_choice=choice))
+    assert (req.conversation.tool_choice.mode, req.conversation.tool_choice.name) == (
+        "required",
+        "crm.lookup",
+    )
+    assert rejects(body("q", tools=tools, tool_choice={**choice, "namespace": "x"})).param == (
+        "tool_choice.name"
+    )
