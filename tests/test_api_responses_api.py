@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.shared import ErrorObject
 
 from dsmlkit.api import (
@@ -36,6 +38,43 @@ VECTORS = json.loads((Path(__file__).parent / "data" / "conversion.json").read_t
 #: Vectors a Responses body cannot say: Chat's prefill (continue_final_message).
 NOT_IN_RESPONSES = {"oai-assistant-prefill-continue": "Responses has no assistant prefill"}
 KEY = b"test-server-key"
+#: Field names and values a Responses body is made of (for the fuzz test).
+KEYWORDS = (
+    "input",
+    "tools",
+    "tool_choice",
+    "reasoning",
+    "text",
+    "instructions",
+    "type",
+    "role",
+    "content",
+    "name",
+    "namespace",
+    "call_id",
+    "arguments",
+    "output",
+    "function",
+    "function_call",
+    "function_call_output",
+    "message",
+    "reasoning_text",
+    "input_text",
+    "input_image",
+    "image_url",
+    "summary",
+    "encrypted_content",
+    "effort",
+    "format",
+    "json_schema",
+    "schema",
+    "user",
+    "assistant",
+    "required",
+    "none",
+    "auto",
+    "text_x",
+)
 
 
 # --- Chat body → Responses body (the conversion a client would make) ------------------------
@@ -634,3 +673,23 @@ def test_namespaced_tool_choice() -> None:
     assert rejects(body("q", tools=tools, tool_choice={**choice, "namespace": "x"})).param == (
         "tool_choice.name"
     )
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(KEYWORDS),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(KEYWORDS), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, derandomize=True, deadline=None)
+@given(fields=st.dictionaries(st.sampled_from(KEYWORDS), json_values, max_size=6))
+def test_any_body_is_read_or_refused_with_a_400(fields: dict[str, Any]) -> None:
+    """Whatever a client sends, the reader answers with a request or an InvalidRequest."""
+    try:
+        req = parse_responses_request({"model": "m", "input": "x", **fields}, seal_key=KEY)
+        render_conversation(req.conversation, req.render)
+    except InvalidRequest as exc:
+        assert exc.status == 400
