@@ -106,7 +106,7 @@ def tag(draw: st.DrawFn) -> str:
     attributes = f' name="{name}"'
     if kind == "parameter":
         attributes += draw(
-            st.sampled_from([' string="true"', ' string="false"', "", ' string="q"'])
+            st.sampled_from([' string="true"', ' string="false"', "", ' string="invalid"'])
         )
     return f"<{marker}{spelled}{attributes}{end}"
 
