@@ -22,7 +22,6 @@ from openai.types.shared import ErrorObject
 from pydantic import TypeAdapter
 
 from dsmlkit.api import (
-    SSE_DONE,
     AnthropicStream,
     ApiError,
     ChatRequest,
@@ -402,7 +401,11 @@ def test_call_ids() -> None:
 
 def test_sse_frames() -> None:
     assert sse_openai({"a": "é"}) == 'data: {"a":"é"}\n\n'
-    assert SSE_DONE == "data: [DONE]\n\n"
+    # The stream's last frame is the literal sentinel OpenAI clients stop reading at.
+    req = openai_request()
+    stream = OpenAIStream(req, id="c", created=0)
+    stream.feed(req.new_parser("content").close())
+    assert stream.finish_sse(USAGE)[-1] == "data: [DONE]\n\n"
     assert sse_anthropic("ping", {"type": "ping"}) == 'event: ping\ndata: {"type":"ping"}\n\n'
 
 

@@ -212,11 +212,6 @@ def test_every_vector_renders_the_same_as_chat(vector: dict[str, Any], dialect: 
     assert _prompt_or_error(responses_req) == _prompt_or_error(chat_req)
 
 
-def test_only_the_prefill_vector_is_left_out() -> None:
-    assert set(NOT_IN_RESPONSES) <= {v["id"] for v in VECTORS}
-    assert len(VECTORS) - len(NOT_IN_RESPONSES) == 24
-
-
 # --- what the reader does with Responses-only shapes --------------------------------------
 
 

