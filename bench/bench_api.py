@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from dsmlkit.api import (
     parse_openai_request,
 )
 from dsmlkit.dialects import get_dialect
-from dsmlkit.parse import MessageCollector
+from dsmlkit.parse import MessageCollector, StartIn
 from dsmlkit.render import render, render_conversation
 from dsmlkit.render.tokens import MissingTokenWarning, SegmentCache, load_tokenizer
 
@@ -158,7 +158,7 @@ def cpu(action: Callable[[], object], repeats: int, loops: int = 1) -> float:
 def stream_paths(case: dict[str, Any]) -> dict[str, Callable[[], object]]:
     """Every streamed path for one case, each a whole stream from start to finish."""
     chunks = chunked(case["text"])
-    start_in = "reasoning" if case["thinking"] else "content"
+    start_in: StartIn = "reasoning" if case["thinking"] else "content"
     tools = [WRITE_TOOL]
     chat = parse_openai_request(chat_body(case["thinking"], True, tools))
     messages = parse_anthropic_request(messages_body(case["thinking"], True, tools))
@@ -380,7 +380,7 @@ def ratio(ours: float, theirs: float | None) -> str:
 
 
 def print_table(
-    title: str, unit: str, scale: float, rows: list[tuple[str, float, float | None]]
+    title: str, unit: str, scale: float, rows: Sequence[tuple[str, float, float | None]]
 ) -> None:
     print(f"\n{title}")
     print(f"{'path':<46}{'dsmlkit':>12}{'recipe':>12}{'ours/theirs':>13}   ({unit})")
@@ -524,7 +524,7 @@ def main() -> None:
         print(f"(deepseek-recipe cannot encode with this file: {peer['tokenize_error']})")
     elif peer.get("tokenize"):
         print(f"deepseek-recipe render + encode, cold: {peer['tokenize'] * 1e3:.3f} ms")
-    cold, follow = token_rows[0][1], token_rows[1][1]  # type: ignore[misc]
+    cold, follow = token_rows[0][1], token_rows[1][1]
     print(f"follow-up / cold: {follow / cold:.1%} (target <= 10%)")
 
 

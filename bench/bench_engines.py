@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tests.engines import drivers
@@ -47,7 +47,7 @@ SGLANG_OWN = {
 DSMLKIT = {"v3.2": "dsmlkit_v32", "v4": "dsmlkit_v4", "v4.1": "dsmlkit_v41"}
 
 
-def _vllm(names: dict[str, tuple[str, ...]], streamed: bool) -> Runner:
+def _vllm(names: Mapping[str, tuple[str, ...]], streamed: bool) -> Runner:
     def run(dialect: str, think: bool, tools: list[dict[str, Any]], text: str,
             deltas: Deltas, prompt: list[int]) -> dict[str, Any]:  # fmt: skip
         parser_cls = drivers.vllm_parser_class(*names[dialect])
@@ -59,7 +59,7 @@ def _vllm(names: dict[str, tuple[str, ...]], streamed: bool) -> Runner:
     return run
 
 
-def _sglang(names: dict[str, tuple[str, ...]], streamed: bool, recipe: bool) -> Runner:
+def _sglang(names: Mapping[str, tuple[str, ...]], streamed: bool, recipe: bool) -> Runner:
     def run(dialect: str, think: bool, tools: list[dict[str, Any]], text: str,
             deltas: Deltas, prompt: list[int]) -> dict[str, Any]:  # fmt: skip
         if recipe and dialect != "v3.2":

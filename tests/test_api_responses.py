@@ -50,7 +50,7 @@ from tests.test_api_responses_api_stream import (
     whole_response,
 )
 
-STREAM_EVENT = TypeAdapter(RawMessageStreamEvent)
+STREAM_EVENT: TypeAdapter[RawMessageStreamEvent] = TypeAdapter(RawMessageStreamEvent)
 TOOLS = ("get_weather", "Read", "note")
 USAGE = Usage(prompt_tokens=30, completion_tokens=12, cached_tokens=8)
 
@@ -159,7 +159,7 @@ def accumulate_anthropic(events: list[tuple[str, dict[str, Any]]]) -> dict[str, 
             assert data["index"] == open_index
         elif name == "content_block_stop":
             assert data["index"] == open_index
-            if snapshot is not None and snapshot.content[open_index].type == "thinking":
+            if snapshot is not None and snapshot.content[data["index"]].type == "thinking":
                 assert previous[1]["delta"]["type"] == "signature_delta"
             open_index = None
         previous = (name, data)
@@ -179,7 +179,7 @@ json_values = st.recursive(
     ),
     max_leaves=6,
 )
-prose = st.text(st.characters(blacklist_characters="<", blacklist_categories=("Cs",)), max_size=40)
+prose = st.text(st.characters(blacklist_characters="<", blacklist_categories=["Cs"]), max_size=40)
 calls = st.lists(
     st.tuples(
         st.sampled_from(TOOLS),

@@ -120,7 +120,7 @@ def accumulate_responses(events: list[dict[str, Any]]) -> dict[str, Any]:
         typed = STREAM_EVENT.validate_python(event)
         state.handle_event(typed)
         kind = event["type"]
-        index = event.get("output_index")
+        index: int = event.get("output_index", -1)
         if kind == "response.output_item.added":
             assert open_index is None and index == len(items)  # one item at a time, in order
             open_index = index

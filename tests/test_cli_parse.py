@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[bytes]:
     )
 
 
-def result_of(*args: str, stdin: str = "") -> dict[str, object]:
+def result_of(*args: str, stdin: str = "") -> dict[str, Any]:
     done = run_cli(*args, stdin=stdin)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.decode("utf-8").split("\n")
@@ -37,7 +38,7 @@ def test_prints_the_message_shape() -> None:
     assert set(result) == {"content", "reasoning", "calls", "diagnostics", "finish_reason"}
     assert result["content"] == "Checking.\n"
     assert result["finish_reason"] == "tool_calls"
-    (call,) = result["calls"]  # type: ignore[misc]
+    (call,) = result["calls"]
     assert set(call) == {"id", "name", "arguments"}
     assert call["name"] == "get_weather"
     assert call["arguments"] == {"city": "Oslo", "days": 3}
@@ -49,7 +50,7 @@ def test_chunk_size_does_not_change_the_result(size: str) -> None:
     whole = result_of(stdin=TEXT)
     chunked = result_of("--chunk-size", size, stdin=TEXT)
     for result in (whole, chunked):
-        for call in result["calls"]:  # type: ignore[attr-defined]
+        for call in result["calls"]:
             call.pop("id")
     assert chunked == whole
 
@@ -71,7 +72,7 @@ def test_strict_and_finish_reason() -> None:
     cut = result_of("--finish-reason", "length", stdin=TEXT[:-3])
     assert cut["finish_reason"] == "length"
     assert cut["calls"] == []
-    assert [d["kind"] for d in cut["diagnostics"]] == ["truncated_call"]  # type: ignore[attr-defined]
+    assert [d["kind"] for d in cut["diagnostics"]] == ["truncated_call"]
 
 
 def test_events_prints_one_json_object_per_line() -> None:

@@ -66,12 +66,12 @@ TRICKY = [
 ]
 
 plain_text = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_characters="｜|", exclude_categories=("Cs",)),
+    alphabet=st.characters(codec="utf-8", exclude_characters="｜|", exclude_categories=["Cs"]),
     max_size=30,
 )
 value_text = st.lists(st.one_of(plain_text, st.sampled_from(TRICKY)), max_size=8).map("".join)
 attribute_text = st.text(
-    alphabet=st.characters(codec="utf-8", exclude_characters='"\n', exclude_categories=("Cs",)),
+    alphabet=st.characters(codec="utf-8", exclude_characters='"\n', exclude_categories=["Cs"]),
     max_size=12,
 )
 json_values = st.recursive(

@@ -183,7 +183,7 @@ def test_marker_fragments_are_released_as_text(text: str) -> None:
 
 
 def test_parallel_calls_keep_their_order() -> None:
-    calls = [("a", {"x": 1}), ("b", {}), ("c", {"y": "z"})]
+    calls: list[tuple[str, dict[str, Any]]] = [("a", {"x": 1}), ("b", {}), ("c", {"y": "z"})]
     assert calls_of(both_modes(write_block(V4, calls))) == calls
 
 

@@ -139,7 +139,7 @@ def test_without_bos(dialect: str) -> None:
 
 
 def test_v32_tool_results_end_with_the_think_header() -> None:
-    messages = [
+    messages: list[dict[str, Any]] = [
         *SYSTEM_AND_USER,
         {"role": "assistant", "content": "", "tool_calls": [_call("a", "lookup", {})]},
         {"role": "tool", "tool_call_id": "a", "content": "found"},

@@ -17,7 +17,7 @@ QUESTION = {"role": "user", "content": "Go."}
 # Prose: unicode, whitespace, angle brackets and quotes, but no special-token text (which
 # no text format can carry inside content or reasoning).
 _PROSE_CHARS = st.characters(
-    codec="utf-8", exclude_categories=("Cs",), exclude_characters="｜▁"
+    codec="utf-8", exclude_categories=["Cs"], exclude_characters="｜▁"
 ) | st.sampled_from(list("<>\"'/ \n\t="))
 _PROSE = st.text(_PROSE_CHARS, max_size=40).filter(lambda text: "think>" not in text)
 

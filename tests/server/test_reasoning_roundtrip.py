@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from anthropic.types import ToolParam
 
 from dsmlkit.dialects import V4_1
 from dsmlkit.server import ServerConfig, create_app
@@ -24,7 +25,7 @@ from tests.server.sdk import Answer, ask
 REASONING = "The user wants the weather in Paris, so I call get_weather."
 CALL_TEXT = REASONING + "</think>" + write_block(V4_1, [("get_weather", {"city": "Paris"})])
 FOLLOW_UP = Reply(text="It is sunny.</think>Sunny in Paris.")
-TOOLS = [
+TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
         "function": {
@@ -33,7 +34,7 @@ TOOLS = [
         },
     }
 ]
-ANTHROPIC_TOOLS = [
+ANTHROPIC_TOOLS: list[dict[str, Any]] = [
     {"name": "get_weather", "input_schema": TOOLS[0]["function"]["parameters"]},
 ]
 APIS = [("openai", False), ("openai", True), ("anthropic", False), ("anthropic", True)]
@@ -134,7 +135,7 @@ def signed_thinking(gateway: Gateway) -> tuple[str, dict[str, Any]]:
         model="m",
         max_tokens=1024,
         thinking={"type": "enabled", "budget_tokens": 512},
-        tools=ANTHROPIC_TOOLS,  # type: ignore[arg-type]
+        tools=cast("list[ToolParam]", ANTHROPIC_TOOLS),
         messages=[{"role": "user", "content": "Weather in Paris?"}],
     )
     thinking = next(block for block in message.content if block.type == "thinking")
