@@ -1,4 +1,4 @@
-"""The ``dsmlkit`` command: ``parse``, ``render``, ``convert`` and ``serve``.
+"""The ``dsmlkit`` command: ``parse``, ``render``, ``convert``, ``grammar`` and ``serve``.
 
 Each subcommand lives in its own module with ``register(subparsers)`` (adds its
 arguments and sets ``func``); the drivers are thin wrappers over the library.
@@ -11,7 +11,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-SUBCOMMANDS = ("parse", "render", "convert", "serve")
+SUBCOMMANDS = ("parse", "render", "convert", "grammar", "serve")
 
 
 def read_input(path: str | None) -> bytes:

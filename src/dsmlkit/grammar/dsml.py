@@ -22,7 +22,7 @@ from typing import Any
 from dsmlkit.dialects import EOS, THINK_CLOSE, THINK_OPEN, Dialect, get_dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.grammar.ebnf import RuleSet, alternatives, joined, literal
-from dsmlkit.grammar.guard import Alphabet, Pattern, guarded_text, pattern
+from dsmlkit.grammar.guard import Pattern, guarded_text, pattern
 from dsmlkit.grammar.schema import SchemaRules, check_required
 
 _BARS = frozenset("｜|")
@@ -53,11 +53,6 @@ VALUE_PATTERNS: tuple[Pattern, ...] = (
         "</", *_MARKER, *_NAME_GAP, frozenset("ifct"),
     ),
 )  # fmt: skip
-_JSON_STRING = Alphabet(
-    forbidden=frozenset('"\\') | frozenset(map(chr, range(0x20))),
-    neutral='"\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})',
-)
-
 TOOL_CHOICES = ("auto", "required", "none")
 
 
@@ -171,9 +166,13 @@ class _Builder:
     def __init__(self, rules: RuleSet, dialect: Dialect) -> None:
         self.rules = rules
         self.dialect = dialect
-        self.raw_value = guarded_text(rules, "value", VALUE_PATTERNS)
-        string = guarded_text(rules, "jstr", VALUE_PATTERNS, _JSON_STRING)
-        self.schemas = SchemaRules(rules, rules.define("json_string", f'"\\"" {string} "\\""'))
+        self.schemas = SchemaRules(rules, VALUE_PATTERNS)
+
+    @property
+    def raw_value(self) -> str:
+        if "value0" not in self.rules:
+            guarded_text(self.rules, "value", VALUE_PATTERNS)
+        return "value0"
 
     def invoke(self, index: int, tool: Tool) -> str:
         d = self.dialect

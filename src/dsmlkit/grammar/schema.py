@@ -13,11 +13,12 @@ xgrammar's strict mode), ``items``/``prefixItems``, ``minItems``/``maxItems`` an
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dsmlkit.errors import CallerError
 from dsmlkit.grammar.ebnf import RuleSet, alternatives, joined, literal
+from dsmlkit.grammar.guard import Alphabet, Pattern, guarded_text
 
 _TYPES = ("string", "number", "integer", "boolean", "null", "array", "object")
 _SCALARS = {
@@ -27,6 +28,10 @@ _SCALARS = {
     "null": '"null"',
 }
 _SEPARATOR = '"," " "?'
+_JSON_STRING = Alphabet(
+    forbidden=frozenset('"\\') | frozenset(map(chr, range(0x20))),
+    neutral='"\\\\" (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})',
+)
 _COLON = '":" " "?'
 #: A choice is one branch of a schema: ("literal", value), ("any", None) or (type, schema).
 Choice = tuple[str, Any]
@@ -39,14 +44,21 @@ def _dump(value: Any) -> str:
 class SchemaRules:
     """Turns the JSON schemas of one tool set into rules, sharing rules between equal schemas.
 
-    ``json_string`` is the rule for a JSON string (its content guarded against DSML markup);
-    ``where`` in the methods names the schema in error messages.
+    JSON strings never hold ``string_patterns``; ``where`` in the methods names the schema
+    in error messages.
     """
 
-    def __init__(self, rules: RuleSet, json_string: str) -> None:
+    def __init__(self, rules: RuleSet, string_patterns: Sequence[Pattern]) -> None:
         self._rules = rules
-        self._string = json_string
+        self._string_patterns = string_patterns
         self._by_schema: dict[str, str] = {}
+
+    @property
+    def _string(self) -> str:
+        if "json_string" not in self._rules:
+            content = guarded_text(self._rules, "jstr", self._string_patterns, _JSON_STRING)
+            self._rules.define("json_string", f'"\\"" {content} "\\""')
+        return "json_string"
 
     # ------------------------------------------------------------------ choices
 

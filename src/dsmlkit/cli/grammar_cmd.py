@@ -1,0 +1,89 @@
+"""``dsmlkit grammar``: the DSML grammar of a tool set, as an xgrammar structural tag or EBNF."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, NoReturn
+
+from dsmlkit.cli import read_input
+from dsmlkit.dialects import DIALECTS
+from dsmlkit.errors import CallerError
+from dsmlkit.grammar import ebnf, structural_tag
+
+_PROG = "dsmlkit grammar"
+
+
+class _OneLineErrors(argparse.ArgumentParser):
+    """Usage errors as one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        _fail(message)
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"{_PROG}: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "grammar",
+        help="print the DSML grammar of a tool set for constrained decoding",
+        description=(
+            "Print the grammar of what a DeepSeek model may write for these tools: an xgrammar "
+            "structural tag as JSON (--format xgrammar) or xgrammar EBNF text (--format ebnf)."
+        ),
+    )
+    parser.__class__ = _OneLineErrors  # add_parser() takes no class; errors become one line
+    parser.add_argument("--dialect", required=True, choices=sorted(DIALECTS))
+    parser.add_argument(
+        "--tools",
+        required=True,
+        metavar="FILE",
+        help='JSON list of function tools, or an object with "tools" (- for stdin)',
+    )
+    parser.add_argument(
+        "--tool-choice",
+        default="auto",
+        metavar="auto|required|none|NAME",
+        help="auto: text, then at most one call block; required: text, then one block; "
+        "none: text only; a tool's name: one call of that tool (default: auto)",
+    )
+    parser.add_argument(
+        "--thinking",
+        action="store_true",
+        help="the output starts inside reasoning (the prompt ended with <think>)",
+    )
+    parser.add_argument("--no-parallel", action="store_true", help="at most one call in the block")
+    parser.add_argument("--format", required=True, choices=("xgrammar", "ebnf"))
+    parser.set_defaults(func=run)
+
+
+def _load_tools(path: str) -> Any:
+    try:
+        data = json.loads(read_input(path).decode("utf-8"))
+    except OSError as exc:
+        _fail(f"--tools: cannot read {path}: {exc.strerror or exc}")
+    except ValueError as exc:
+        _fail(f"--tools: {path} is not JSON: {exc}")
+    return data.get("tools", data) if isinstance(data, dict) else data
+
+
+def run(args: argparse.Namespace) -> int:
+    tools = _load_tools(args.tools)
+    build = ebnf if args.format == "ebnf" else structural_tag
+    try:
+        grammar = build(
+            args.dialect,
+            tools,
+            tool_choice=args.tool_choice,
+            thinking=args.thinking,
+            parallel=not args.no_parallel,
+        )
+    except CallerError as exc:
+        _fail(str(exc))
+    text = grammar if isinstance(grammar, str) else json.dumps(grammar, ensure_ascii=False) + "\n"
+    sys.stdout.buffer.write(text.encode("utf-8"))
+    return 0
