@@ -285,7 +285,7 @@ def test_seed_case_closers_inside_values(dialect: str) -> None:
     for value in (
         f"tag is {d.parameter_close()} ok",
         f"tag is {d.invoke_close()} and {d.block_close()} ok",
-        f"a{d.parameter_close()}\n</｜DSML is a prefix",
+        f"the prefix </｜DSML alone, then {d.parameter_close()}\nok",
         f"ends with {d.parameter_close()}",
     ):
         text = _output(dialect, ("Bash", {"command": value}), ("Bash", {"command": "ls"}))
@@ -298,6 +298,7 @@ def test_values_the_parser_would_cut_are_rejected(dialect: str) -> None:
     for value in (
         f"x{d.parameter_close()}\n{d.invoke_close()} more",
         f"x{d.parameter_close()} {d.block_close()}",
+        f"x{d.parameter_close()}\n</｜DSML is a closer's start",
         f"x{d.parameter_close()}\n{d.parameter_open('command', True)}y",
         f"x {d.invoke_open('Bash')}",
         "opener text <｜DSML｜ par is not allowed",

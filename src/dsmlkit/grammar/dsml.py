@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dsmlkit.dialects import EOS, THINK_CLOSE, THINK_OPEN, Dialect, get_dialect
+from dsmlkit.dialects import THINK_CLOSE, THINK_OPEN, Dialect, get_dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.grammar.ebnf import RuleSet, alternatives, joined, literal
 from dsmlkit.grammar.guard import Pattern, guarded_text, pattern
@@ -31,28 +31,32 @@ WHITESPACE = frozenset(
     "\t\n\v\f\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
     "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
-_MARKER = (_BARS, (_BARS, "?"), "DSML")
-_NAME_GAP = (_BARS, (_BARS, "?"), (" ", "?"), (" ", "?"))
+_LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+#: ``<｜`` starts every special token (the end of sentence among them) and every fullwidth
+#: DSML opener; the ASCII openers start ``<|DSML``, ``<||DSML`` or ``<|｜DSML``.
+_OPENERS = (pattern("<｜"), pattern("<|", (_BARS, "?"), "DSML"))
 
 #: Patterns reasoning and content never hold.
 TEXT_PATTERNS: tuple[Pattern, ...] = (
-    pattern(EOS),
+    *_OPENERS,
+    pattern("</", _BARS, (_BARS, "?"), "DSML"),
     pattern(THINK_OPEN),
     pattern(THINK_CLOSE),
-    pattern("<", ("/", "?"), *_MARKER),
 )
-#: Patterns a parameter value never holds. The third is a parameter closer (any spelling
-#: the lenient parser reads, truncated ones included) followed by an invoke or block closer.
+#: Patterns a parameter value never holds. The last is a parameter closer (in any
+#: spelling the lenient parser reads, and some more) followed by another DSML closer.
 VALUE_PATTERNS: tuple[Pattern, ...] = (
-    pattern(EOS),
-    pattern("<", *_MARKER),
+    *_OPENERS,
     pattern(
-        "</", *_MARKER, *_NAME_GAP, "par",
-        *((c, "?") for c in "ameter"),
-        (WHITESPACE, "*"), ">", (WHITESPACE, "*"),
-        "</", *_MARKER, *_NAME_GAP, frozenset("ifct"),
+        "</", _BARS, (_BARS, "?"), "DSML", _BARS, (_BARS, "?"), (" ", "?"), (" ", "?"), "p",
+        (_LETTERS, "*"), (WHITESPACE, "*"), ">", (WHITESPACE, "*"), "</", _BARS,
     ),
 )  # fmt: skip
+
+#: JSON strings inside ``string="false"`` values hold no DSML tag start at all (every
+#: value pattern starts with one of these).
+JSON_STRING_PATTERNS: tuple[Pattern, ...] = (pattern("<", ("/", "?"), _BARS),)
+
 TOOL_CHOICES = ("auto", "required", "none")
 
 
@@ -166,7 +170,7 @@ class _Builder:
     def __init__(self, rules: RuleSet, dialect: Dialect) -> None:
         self.rules = rules
         self.dialect = dialect
-        self.schemas = SchemaRules(rules, VALUE_PATTERNS)
+        self.schemas = SchemaRules(rules, JSON_STRING_PATTERNS)
 
     @property
     def raw_value(self) -> str:

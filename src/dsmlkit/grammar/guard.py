@@ -108,22 +108,26 @@ class Alphabet:
 
 def guarded_text(
     rules: RuleSet,
-    prefix: str,
+    name: str,
     patterns: Sequence[Pattern],
     alphabet: Alphabet = Alphabet(),
 ) -> str:
-    """Define rules ``{prefix}0…`` for text holding no pattern; return the first one's
-    name. The text may stop in any state."""
+    """Define rules ``{name}0…`` (one per automaton state) for text holding no pattern;
+    return the first one's name. The text may stop in any state.
+
+    Right-linear rules keep xgrammar's matcher deterministic and fast; its compile time
+    grows with the number of rules, so the patterns are kept short.
+    """
     automaton = _Automaton(patterns)
     named = set(automaton.symbols)
-    for number, row in enumerate(automaton.moves):
+    for state, row in enumerate(automaton.moves):
         by_target: dict[int, list[str]] = {}
         for symbol, target in row.items():
             if target is not None and symbol not in alphabet.forbidden:
                 by_target.setdefault(target, []).append(symbol)
         options = ['""']
         for target, symbols in by_target.items():
-            follow = f" {prefix}{target}"
+            follow = f" {name}{target}"
             if _OTHER in symbols:
                 excluded = (named - set(symbols)) | alphabet.forbidden
                 options.append(char_class(excluded, negated=True) + follow)
@@ -133,5 +137,5 @@ def guarded_text(
                 options.append(literal(symbols[0]) + follow)
             else:
                 options.append(char_class(symbols) + follow)
-        rules.define(f"{prefix}{number}", " | ".join(dict.fromkeys(options)))
-    return f"{prefix}0"
+        rules.define(f"{name}{state}", " | ".join(options))
+    return f"{name}0"

@@ -56,7 +56,7 @@ class SchemaRules:
     @property
     def _string(self) -> str:
         if "json_string" not in self._rules:
-            content = guarded_text(self._rules, "jstr", self._string_patterns, _JSON_STRING)
+            content = guarded_text(self._rules, "json_chars", self._string_patterns, _JSON_STRING)
             self._rules.define("json_string", f'"\\"" {content} "\\""')
         return "json_string"
 
