@@ -49,11 +49,11 @@ def test_markup_is_the_dialects_exact_spelling() -> None:
 @pytest.mark.parametrize(
     ("options", "root"),
     [
-        ({}, "root ::= text0 block?"),
-        ({"tool_choice": "required"}, "root ::= text0 block"),
-        ({"tool_choice": "get_weather"}, "root ::= text0 block"),
-        ({"tool_choice": "none"}, "root ::= text0"),
-        ({"thinking": True}, 'root ::= text0 "</think>" text0 block?'),
+        ({}, "root ::= text block?"),
+        ({"tool_choice": "required"}, "root ::= text block"),
+        ({"tool_choice": "get_weather"}, "root ::= text block"),
+        ({"tool_choice": "none"}, "root ::= text"),
+        ({"thinking": True}, 'root ::= text "</think>" text block?'),
     ],
 )
 def test_tool_choice_and_thinking_shape_the_root(options: dict[str, Any], root: str) -> None:

@@ -1,16 +1,17 @@
 """The DSML grammar of one tool set: what a DeepSeek model may write, tag for tag.
 
 The output is ``[reasoning "</think>"] content ["\\n\\n" block]``; the block is laid out
-exactly as the renderer writes it (parsing.md's well-formed output). What the parser would
+exactly as the renderer writes it (parsing.md's well-formed output). Text the parser would
 read as markup cannot appear where it does not belong:
 
-* reasoning and content never hold DSML tag text (``<｜DSML`` or ``</｜DSML``, either bar,
-  one or two bars), ``<think>``, ``</think>`` or the end-of-sentence token;
-* a string value never holds DSML opening-tag text, the end-of-sentence token, or a
-  parameter closer followed (after whitespace) by another DSML closer, which is what the
-  parser's structural rule would take for the end of the value. Every other closer text
-  (``</｜DSML｜ parameter> ok``, ``</｜DSML｜ invoke>`` …) is allowed; JSON strings inside
-  ``string="false"`` values are guarded the same way.
+* reasoning and content never hold ``<｜`` (every special token, the end of sentence
+  among them, and every fullwidth DSML tag start), an ASCII DSML opener (``<|DSML`` …), a
+  DSML closer's start (``</｜DSML``, ``</|DSML`` …), ``<think>`` or ``</think>``;
+* a string value never holds ``<｜``, an ASCII DSML opener, or a parameter closer followed
+  (after whitespace) by another DSML closer's start: what the parser's structural rule
+  could take for the end of the value. Any other closer text (``</｜DSML｜ parameter> ok``,
+  ``</｜DSML｜ invoke>`` …) is value text;
+* JSON strings inside ``string="false"`` values hold no ``<｜``, ``<|``, ``</｜`` or ``</|``.
 """
 
 from __future__ import annotations
@@ -36,12 +37,15 @@ _LETTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
 #: DSML opener; the ASCII openers start ``<|DSML``, ``<||DSML`` or ``<|｜DSML``.
 _OPENERS = (pattern("<｜"), pattern("<|", (_BARS, "?"), "DSML"))
 
-#: Patterns reasoning and content never hold.
-TEXT_PATTERNS: tuple[Pattern, ...] = (
-    *_OPENERS,
-    pattern("</", _BARS, (_BARS, "?"), "DSML"),
-    pattern(THINK_OPEN),
-    pattern(THINK_CLOSE),
+_LEADS = ("｜", "|", "｜｜", "｜|", "|｜", "||")
+#: What reasoning and content never hold: the openers above and every closer's start, as
+#: literals for xgrammar's TagDispatch (which compiles them into one small automaton).
+TEXT_EXCLUDES = (
+    "<｜",
+    *(f"<{lead}DSML" for lead in _LEADS if lead[0] == "|"),
+    *(f"</{lead}DSML" for lead in _LEADS),
+    THINK_OPEN,
+    THINK_CLOSE,
 )
 #: Patterns a parameter value never holds. The last is a parameter closer (in any
 #: spelling the lenient parser reads, and some more) followed by another DSML closer.
@@ -126,7 +130,8 @@ def dsml_ebnf(
     declared = read_tools(tools)
     chosen = _chosen(tool_choice, declared)
     rules = RuleSet()
-    text = guarded_text(rules, "text", TEXT_PATTERNS)
+    excludes = ", ".join(map(literal, TEXT_EXCLUDES))
+    text = rules.define("text", f"TagDispatch(loop_after_dispatch=false, excludes=({excludes}))")
     if chosen is None:
         body = text
     else:
