@@ -87,11 +87,16 @@ class InvalidRequest(CallerError, ApiError):
         ApiError.__init__(self, message, param, status=status)
 
 
-UpstreamKind = Literal["connect", "timeout", "status", "malformed", "broken"]
+UpstreamKind = Literal["connect", "timeout", "status", "auth", "reported", "malformed", "broken"]
 
 
 class UpstreamError(DsmlkitError):
-    """The upstream failed: ``kind`` says how, ``status`` is its HTTP status if it sent one."""
+    """The upstream failed: ``kind`` says how, ``status`` is its HTTP status if it sent one.
+
+    ``auth`` is an upstream 401/403 to the gateway's own key and ``reported`` an error the
+    upstream sent inside a stream it had accepted: both the gateway's problem (502), never
+    the client's.
+    """
 
     def __init__(self, kind: UpstreamKind, message: str, status: int | None = None) -> None:
         super().__init__(message)

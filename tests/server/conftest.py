@@ -19,12 +19,17 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dsmlkit.server import ServerConfig, create_app
-from tests.server.fake_engine import FakeEngine
+from tests.server.fake_engine import V41_RENAMES, FakeEngine, tokenizer_json
 from tests.server.loopback import serve_in_thread
 
 #: Upstream read timeout of the test gateways: long enough for any replay, short enough
 #: that a hanging engine fails a test quickly.
 TEST_UPSTREAM_TIMEOUT = 1.5
+#: What the fake engine serves (as vLLM's --served-model-name would list them).
+ENGINE_MODELS = ("deepseek-v4.1",)
+ENGINE_MAX_MODEL_LEN = 163840
+#: What the fake hosted chat endpoint serves (the chat tests' clients name these).
+HOSTED_MODELS = ("deepseek-v4.1", "m", "deepseek-chat", "claude-via-gateway", "hosted-model")
 #: Client-side timeout: a gateway that hangs fails the test instead of blocking it.
 CLIENT_TIMEOUT = 5.0
 
@@ -60,8 +65,16 @@ def _anthropic_client(url: str) -> anthropic.Anthropic:
 
 
 @pytest.fixture(scope="session")
+def v41_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The path of the V4.1-style tokenizer.json the fake engine uses."""
+    path = tmp_path_factory.mktemp("v41") / "tokenizer.json"
+    path.write_text(tokenizer_json(V41_RENAMES), encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="session")
 def engine_server() -> Iterator[tuple[FakeEngine, str]]:
-    engine = FakeEngine()
+    engine = FakeEngine(max_model_len=ENGINE_MAX_MODEL_LEN)
     with serve_in_thread(engine.app) as url:
         yield engine, url
 
@@ -74,15 +87,18 @@ def engine(engine_server: tuple[FakeEngine, str]) -> FakeEngine:
     fake.authorizations.clear()
     fake.disconnects = 0
     fake.on_chunk = None
+    fake.served = ENGINE_MODELS
+    fake.max_model_len = ENGINE_MAX_MODEL_LEN
     return fake
 
 
 @pytest.fixture(scope="session")
 def start_gateway(
-    engine_server: tuple[FakeEngine, str],
+    engine_server: tuple[FakeEngine, str], v41_tokenizer: str
 ) -> Iterator[Callable[..., str]]:
-    """``start_gateway(**config)`` → the URL of a gateway in front of the fake engine,
-    started once per distinct config and kept for the session."""
+    """``start_gateway(**config)`` → the URL of a gateway in front of the fake engine
+    (with the engine's own tokenizer unless ``tokenizer`` is given), started once per
+    distinct config and kept for the session."""
     running: dict[tuple[tuple[str, object], ...], str] = {}
     with ExitStack() as stack:
 
@@ -90,6 +106,7 @@ def start_gateway(
             settings = {
                 "upstream": engine_server[1],
                 "upstream_timeout": TEST_UPSTREAM_TIMEOUT,
+                "tokenizer": v41_tokenizer,
                 **options,
             }
             key = tuple(sorted(settings.items()))
@@ -108,13 +125,14 @@ def completions_gateway(start_gateway: Callable[..., str], engine: FakeEngine) -
 
 @pytest.fixture
 def chat_gateway(start_gateway: Callable[..., str], engine: FakeEngine) -> Gateway:
+    engine.served = HOSTED_MODELS
     return Gateway(start_gateway(upstream_api="chat"), engine)
 
 
 @pytest.fixture(scope="session")
-def local_client() -> Iterator[TestClient]:
-    """The render-only server, in-process."""
-    with TestClient(create_app(ServerConfig())) as client:
+def local_client(v41_tokenizer: str) -> Iterator[TestClient]:
+    """The render-only server with a V4.1 tokenizer, in-process."""
+    with TestClient(create_app(ServerConfig(tokenizer=v41_tokenizer))) as client:
         yield client
 
 

@@ -1,13 +1,25 @@
 """A fake inference engine for the gateway tests and benchmark (a small raw ASGI app).
 
-It serves OpenAI ``/v1/completions`` (raw model text, as vLLM streams it with
-``skip_special_tokens: false``) and a leaky ``/v1/chat/completions`` (DSML left in
-``content`` / ``reasoning_content``, like some hosted endpoints), always as SSE. Each
-request takes the next scripted :class:`Reply` (or ``default`` when the script is empty),
-replays it in small chunks and can fail on demand: an error status, a hang, a dropped
-connection or a malformed SSE event after N chunks. Received bodies are kept in
-``requests`` (and their Authorization headers in ``authorizations``); ``disconnects`` counts
-clients that went away while it was hanging.
+It behaves like vLLM 0.33 where the gateway depends on it:
+
+* ``GET /v1/models`` lists the served names with ``max_model_len``; ``GET /health``;
+* ``POST /tokenize`` encodes with the engine's own tokenizer as vLLM does: the whole string
+  at once, text that spells an added token (``<｜User｜>``) becoming its id, BOS first
+  unless ``add_special_tokens`` is false;
+* ``POST /v1/completions`` takes a string or token-id prompt, answers 404 for a model it
+  does not serve and 400 for ids out of its vocabulary or a prompt plus ``max_tokens``
+  past ``max_model_len``; ``max_tokens`` missing or null means 16; the scripted text is
+  tokenized and generation stops after ``max_tokens`` tokens (``finish_reason: length``)
+  or at a stop string (``stop_reason`` names it); with ``stream_options.include_usage``
+  a last chunk with ``choices: []`` carries the usage;
+* a leaky ``POST /v1/chat/completions`` (DSML left in ``content`` / ``reasoning_content``,
+  like some hosted endpoints), always as SSE, with the same model check.
+
+Each completion takes the next scripted :class:`Reply` (or ``default``), streams it a few
+tokens per chunk and can fail on demand: an error status, a hang, a dropped connection, a
+malformed SSE event after N chunks, or a raw body. Received bodies are kept in
+``requests`` (and their Authorization headers in ``authorizations``); ``disconnects``
+counts clients that went away while it was hanging.
 """
 
 from __future__ import annotations
@@ -20,18 +32,27 @@ from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokenizers import Tokenizer
+
+from dsmlkit.dialects import BOS
+from dsmlkit.render.tokens import bundled_tokenizer_path
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
+#: vLLM's default when a completion request has no max_tokens (or null).
+VLLM_DEFAULT_MAX_TOKENS = 16
+
 
 @dataclass(frozen=True)
 class Reply:
-    """One scripted answer. ``text`` is for /v1/completions (cut into ``chunk_size`` pieces,
-    or replayed as the given ``pieces``); ``content``, ``reasoning`` and ``tool_calls``
-    (``{"id", "name", "arguments"}`` with arguments as a JSON string) are for
-    /v1/chat/completions."""
+    """One scripted answer. ``text`` is for /v1/completions (tokenized, ``chunk_size``
+    tokens per chunk, or replayed as the given ``pieces``); ``content``, ``reasoning`` and
+    ``tool_calls`` (``{"id", "name", "arguments"}`` with arguments as a JSON string) are
+    for /v1/chat/completions. ``raw`` replaces the whole 200 body (with ``headers``).
+    A stop string of the request in ``text`` ends the answer there, as in vLLM."""
 
     text: str = ""
     pieces: tuple[str, ...] = ()
@@ -40,12 +61,37 @@ class Reply:
     tool_calls: tuple[dict[str, str], ...] = ()
     finish_reason: str = "stop"
     stop_reason: str | None = None
-    chunk_size: int = 5
+    chunk_size: int = 2
     interval: float = 0.0
     status: int = 200
     hang_after: int | None = None
     drop_after: int | None = None
     malformed_after: int | None = None
+    raw: bytes | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    #: Answer on past the request's stop strings (an engine that ignores them).
+    ignore_stop: bool = False
+
+
+#: A stand-in for the V4.1 tokenizer file: the bundled V4 file with two placeholder tokens
+#: renamed to the V4.1 template tokens it lacks (the real ids may differ).
+V41_RENAMES = {
+    "<｜place▁holder▁no▁0｜>": "<｜System｜>",
+    "<｜place▁holder▁no▁1｜>": "<｜deepseek_image｜>",
+}
+
+
+def tokenizer_json(renames: dict[str, str] | None = None) -> str:
+    """The bundled DeepSeek ``tokenizer.json`` with added tokens renamed."""
+    spec = json.loads(bundled_tokenizer_path().read_text(encoding="utf-8"))
+    for token in spec["added_tokens"]:
+        token["content"] = (renames or {}).get(token["content"], token["content"])
+    return json.dumps(spec)
+
+
+def engine_tokenizer(renames: dict[str, str] | None = None) -> Tokenizer:
+    """A tokenizer as an engine loads it (added tokens matched in any text)."""
+    return Tokenizer.from_str(tokenizer_json(renames))
 
 
 @dataclass
@@ -53,6 +99,9 @@ class FakeEngine:
     """The scripted engine; ``app`` is the ASGI callable."""
 
     default: Reply = field(default_factory=lambda: Reply(text="Hello.", content="Hello."))
+    served: tuple[str, ...] = ("deepseek-v4.1",)
+    max_model_len: int = 163840
+    tokenizer: Tokenizer = field(default_factory=lambda: engine_tokenizer(V41_RENAMES))
     script: deque[Reply] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)
     authorizations: list[str | None] = field(default_factory=list)
@@ -63,37 +112,132 @@ class FakeEngine:
     def push(self, *replies: Reply) -> None:
         self.script.extend(replies)
 
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """vLLM's encoding of a string: added tokens matched anywhere, BOS first."""
+        ids: list[int] = self.tokenizer.encode(text, add_special_tokens=False).ids
+        bos = self.tokenizer.token_to_id(BOS)
+        if add_special_tokens and bos is not None and ids[:1] != [bos]:
+            ids.insert(0, bos)
+        return ids
+
     async def app(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
             await _lifespan(receive, send)
             return
         body = await _read_body(receive)
-        path = scope["path"]
-        if scope["method"] != "POST" or path not in ("/v1/completions", "/v1/chat/completions"):
-            await _send_json(send, 404, {"error": {"message": f"no route {path}", "code": 404}})
+        route = (scope["method"], scope["path"])
+        if route == ("GET", "/health"):
+            await _send_json(send, 200, {})
+        elif route == ("GET", "/v1/models"):
+            await _send_json(send, 200, self._models())
+        elif route == ("POST", "/tokenize"):
+            await self._tokenize(send, json.loads(body))
+        elif route in (("POST", "/v1/completions"), ("POST", "/v1/chat/completions")):
+            await self._generate(scope, receive, send, json.loads(body))
+        else:
+            await _send_error(send, 404, f"no route {scope['path']}", "NotFoundError")
+
+    def _models(self) -> dict[str, Any]:
+        cards = [
+            {
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "vllm",
+                "root": self.served[0],
+                "parent": None,
+                "max_model_len": self.max_model_len,
+            }
+            for name in self.served
+        ]
+        return {"object": "list", "data": cards}
+
+    def _unknown_model(self, request: dict[str, Any]) -> str | None:
+        model = request.get("model")
+        if model is None or model in self.served:
+            return None
+        return f"The model `{model}` does not exist."
+
+    async def _tokenize(self, send: Send, request: dict[str, Any]) -> None:
+        if (unknown := self._unknown_model(request)) is not None:
+            await _send_error(send, 404, unknown, "NotFoundError", "model")
             return
-        request = json.loads(body)
+        ids = self.encode(request["prompt"], request.get("add_special_tokens", True))
+        answer: dict[str, Any] = {
+            "count": len(ids),
+            "max_model_len": self.max_model_len,
+            "tokens": ids,
+        }
+        if request.get("return_token_strs"):
+            answer["token_strs"] = [self.tokenizer.id_to_token(i) for i in ids]
+        await _send_json(send, 200, answer)
+
+    def _prompt_ids(self, request: dict[str, Any]) -> list[int]:
+        prompt = request.get("prompt")
+        if isinstance(prompt, list):
+            return list(prompt)
+        if isinstance(prompt, str):
+            return self.encode(prompt, request.get("add_special_tokens", True))
+        text = json.dumps(request.get("messages", []), ensure_ascii=False)
+        return self.encode(text, False)  # a stand-in for the chat template
+
+    async def _generate(
+        self, scope: Scope, receive: Receive, send: Send, request: dict[str, Any]
+    ) -> None:
         self.requests.append(request)
-        headers = dict(scope["headers"])
-        authorization = headers.get(b"authorization")
+        authorization = dict(scope["headers"]).get(b"authorization")
         self.authorizations.append(authorization.decode() if authorization else None)
+        if (unknown := self._unknown_model(request)) is not None or "model" not in request:
+            await _send_error(send, 404, unknown or "model is required", "NotFoundError", "model")
+            return
+        prompt_ids = self._prompt_ids(request)
+        vocab = self.tokenizer.get_vocab_size(with_added_tokens=True)
+        bad = [i for i in prompt_ids if not 0 <= i < vocab]
+        if bad:
+            await _send_error(
+                send, 400, f"Token id {bad[0]} is out of vocabulary", "BadRequestError"
+            )
+            return
+        completions = scope["path"] == "/v1/completions"
+        asked = request.get("max_tokens", request.get("max_completion_tokens"))
+        if asked is None:
+            default = self.max_model_len - len(prompt_ids)
+            asked = VLLM_DEFAULT_MAX_TOKENS if completions else default
+        if len(prompt_ids) + asked > self.max_model_len:
+            message = (
+                f"This model's maximum context length is {self.max_model_len} tokens. However, "
+                f"you requested {asked} output tokens and your prompt contains "
+                f"{len(prompt_ids)} input tokens, for a total of {len(prompt_ids) + asked}."
+            )
+            await _send_error(send, 400, message, "BadRequestError")
+            return
         reply = self.script.popleft() if self.script else self.default
         if reply.status != 200:
-            error = {"message": f"scripted failure {reply.status}", "type": "server_error"}
-            await _send_json(send, reply.status, {"error": error})
+            await _send_error(
+                send, reply.status, f"scripted failure {reply.status}", "server_error"
+            )
+            return
+        headers = [(b"content-type", b"text/event-stream")]
+        headers += [(k.encode(), v.encode()) for k, v in reply.headers]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        if reply.raw is not None:
+            await send({"type": "http.response.body", "body": reply.raw})
             return
         usage_wanted = bool((request.get("stream_options") or {}).get("include_usage"))
-        if path == "/v1/completions":
-            chunks = list(_completion_chunks(reply, request, usage_wanted))
+        if completions:
+            chunks = list(self._completion_chunks(reply, request, prompt_ids, asked))
         else:
-            chunks = list(_chat_chunks(reply, request, usage_wanted))
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"text/event-stream")],
+            chunks = list(_chat_chunks(reply, request))
+        if usage_wanted:
+            completion_tokens = sum(chunk.pop("_tokens", 0) for chunk in chunks)
+            usage = {
+                "prompt_tokens": len(prompt_ids),
+                "completion_tokens": completion_tokens,
+                "total_tokens": len(prompt_ids) + completion_tokens,
             }
-        )
+            chunks.append({**_envelope(chunks[0]["object"], request, []), "usage": usage})
+        for chunk in chunks:
+            chunk.pop("_tokens", None)
         for index, chunk in enumerate(chunks):
             if index == reply.hang_after:
                 await _wait_for_disconnect(receive)
@@ -111,20 +255,56 @@ class FakeEngine:
         await _send_body(send, b"data: [DONE]\n\n")
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
+    def _completion_chunks(
+        self, reply: Reply, request: dict[str, Any], prompt_ids: list[int], max_tokens: int
+    ) -> Iterator[dict[str, Any]]:
+        """The scripted text as vLLM streams it: cut at a stop string (excluded) or after
+        ``max_tokens`` tokens, a few tokens per chunk."""
+        text, finish, stop_reason = reply.text, reply.finish_reason, reply.stop_reason
+        stops = request.get("stop") or []
+        hits = [(text.find(s), s) for s in ([stops] if isinstance(stops, str) else stops)]
+        hits = [hit for hit in hits if hit[0] >= 0]
+        if hits and not reply.pieces and not reply.ignore_stop:
+            at, stop = min(hits)
+            text, finish, stop_reason = text[:at], "stop", stop
+        if reply.pieces:
+            pieces = [(piece, len(self.encode(piece, False))) for piece in reply.pieces]
+        else:
+            pieces = list(self._pieces(self.encode(text, False), reply.chunk_size))
+        used = 0
+        for piece, tokens in pieces:
+            if used + tokens > max_tokens:
+                finish, stop_reason = "length", None
+                break
+            used += tokens
+            choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": None}
+            yield {**_envelope("text_completion", request, [choice]), "_tokens": tokens}
+        final = {
+            "index": 0,
+            "text": "",
+            "logprobs": None,
+            "finish_reason": finish,
+            "stop_reason": stop_reason,
+        }
+        yield _envelope("text_completion", request, [final])
+
+    def _pieces(self, ids: list[int], size: int) -> Iterator[tuple[str, int]]:
+        """Incremental detokenization: a piece is released once its bytes are whole."""
+        start = 0
+        for end in range(size, len(ids) + size, size):
+            end = min(end, len(ids))
+            piece = self.tokenizer.decode(ids[start:end], skip_special_tokens=False)
+            if piece.endswith("\ufffd") and end < len(ids):
+                continue
+            yield piece, end - start
+            start = end
+            if end >= len(ids):
+                break
+
 
 def _pieces(text: str, size: int) -> Iterator[str]:
     for start in range(0, len(text), size):
         yield text[start : start + size]
-
-
-def _usage(request: dict[str, Any], completion_tokens: int) -> dict[str, int]:
-    prompt = request.get("prompt", request.get("messages", ""))
-    prompt_tokens = len(prompt) if isinstance(prompt, list) else len(str(prompt)) // 4
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
 
 
 def _envelope(kind: str, request: dict[str, Any], choices: list[Any]) -> dict[str, Any]:
@@ -137,39 +317,17 @@ def _envelope(kind: str, request: dict[str, Any], choices: list[Any]) -> dict[st
     }
 
 
-def _completion_chunks(
-    reply: Reply, request: dict[str, Any], usage_wanted: bool
-) -> Iterator[dict[str, Any]]:
-    count = 0
-    for piece in reply.pieces or _pieces(reply.text, reply.chunk_size):
-        count += 1
-        choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": None}
-        yield _envelope("text_completion", request, [choice])
-    final = {
-        "index": 0,
-        "text": "",
-        "logprobs": None,
-        "finish_reason": reply.finish_reason,
-        "stop_reason": reply.stop_reason,
-    }
-    yield _envelope("text_completion", request, [final])
-    if usage_wanted:
-        yield {**_envelope("text_completion", request, []), "usage": _usage(request, count)}
+def _chat_chunks(reply: Reply, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    size = max(reply.chunk_size, 5)
 
-
-def _chat_chunks(
-    reply: Reply, request: dict[str, Any], usage_wanted: bool
-) -> Iterator[dict[str, Any]]:
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    def chunk(delta: dict[str, Any], finish: str | None = None, tokens: int = 0) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return _envelope("chat.completion.chunk", request, [choice])
+        return {**_envelope("chat.completion.chunk", request, [choice]), "_tokens": tokens}
 
-    count = 0
     yield chunk({"role": "assistant", "content": ""})
     for key, text in (("reasoning_content", reply.reasoning), ("content", reply.content)):
-        for piece in _pieces(text, reply.chunk_size):
-            count += 1
-            yield chunk({key: piece})
+        for piece in _pieces(text, size):
+            yield chunk({key: piece}, tokens=1)
     for index, call in enumerate(reply.tool_calls):
         head = {"name": call["name"], "arguments": ""}
         yield chunk(
@@ -179,12 +337,11 @@ def _chat_chunks(
                 ]
             }
         )
-        for piece in _pieces(call["arguments"], reply.chunk_size):
-            count += 1
-            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+        for piece in _pieces(call["arguments"], size):
+            yield chunk(
+                {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, tokens=1
+            )
     yield chunk({}, reply.finish_reason)
-    if usage_wanted:
-        yield {**_envelope("chat.completion.chunk", request, []), "usage": _usage(request, count)}
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -209,6 +366,14 @@ async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
     headers = [(b"content-type", b"application/json")]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": json.dumps(payload).encode()})
+
+
+async def _send_error(
+    send: Send, status: int, message: str, kind: str, param: str | None = None
+) -> None:
+    """vLLM's error body: ``{"error": {"message", "type", "param", "code": status}}``."""
+    error = {"message": message, "type": kind, "param": param, "code": status}
+    await _send_json(send, status, {"error": error})
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

@@ -152,7 +152,8 @@ def test_thinking_mode_reasons_then_a_second_request_opens_the_call(
     opener = BLOCK_OPENER + (V4_1.invoke_open("get_weather") + "\n" if choice == "named" else "")
     assert second["prompt"] == first["prompt"] + "I need the weather.</think>" + opener
     assert second["stop"] == [EOS]
-    assert second["max_tokens"] == 100 - 4  # the fake engine counts one token per chunk
+    reasoned = len(engine.encode("I need the weather.", add_special_tokens=False))
+    assert second["max_tokens"] == 100 - reasoned  # what the first request spent
 
 
 def test_thinking_mode_without_the_think_stop_still_gets_a_call(text_gateway: Gateway) -> None:
@@ -166,7 +167,7 @@ def test_thinking_mode_without_the_think_stop_still_gets_a_call(text_gateway: Ga
 def test_an_engine_that_answered_past_the_think_stop_is_not_asked_again(
     text_gateway: Gateway,
 ) -> None:
-    text_gateway.engine.push(Reply(text="Hmm.</think>It is sunny."))
+    text_gateway.engine.push(Reply(text="Hmm.</think>It is sunny.", ignore_stop=True))
     answer = ask(text_gateway, "openai", False, thinking=True, **forced("openai", "required"))
     assert (answer.content, answer.calls) == ("It is sunny.", [])
     assert len(text_gateway.engine.requests) == 1

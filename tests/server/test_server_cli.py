@@ -11,9 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from dsmlkit.cli import main, serve_cmd
+from dsmlkit.cli import build_parser, main
 from dsmlkit.server import ServerConfig
 
 
@@ -24,46 +23,78 @@ def _free_port() -> int:
         return port
 
 
-def _banner(
-    argv: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> str:
-    """What ``dsmlkit serve ARGV`` reports it serves (no socket, no loop, no log handler)."""
-    bound: list[tuple[str, int]] = []
-
-    def no_socket(host: str, port: int) -> socket.socket:
-        bound.append((host, port))
-        return socket.socket()
-
-    monkeypatch.setattr(serve_cmd, "listening_socket", no_socket)
-    monkeypatch.setattr(serve_cmd, "_log_requests_to_stderr", lambda: None)  # process-wide
-    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
-    assert main(argv) == 0
-    banner = capsys.readouterr().out
-    host, port = bound[0]
-    assert banner.startswith(f"dsmlkit serve: listening on http://{host}:{port}\n")
-    return banner
+def _exit_code(argv: list[str]) -> int:
+    """What ``dsmlkit ARGV`` exits with (argparse's own errors included)."""
+    try:
+        return main(argv)
+    except SystemExit as stop:
+        return int(stop.code or 0)
 
 
-def test_serve_defaults(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_flags_are_read() -> None:
+    given = build_parser().parse_args(
+        [
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "9",
+            "--dialect",
+            "v3.2",
+            "--model",
+            "ds",
+            "--upstream",
+            "http://h:1/v1",
+            "--upstream-api",
+            "chat",
+            "--tokenizer",
+            "t.json",
+            "--api-key",
+            "k",
+            "--workers",
+            "3",
+        ]
+    )
+    assert (given.dialect, given.model, given.upstream, given.upstream_api) == (
+        "v3.2",
+        "ds",
+        "http://h:1/v1",
+        "chat",
+    )
+    assert (given.tokenizer, given.api_key, given.port, given.workers) == ("t.json", "k", 9, 3)
+
+
+def test_flags_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DSMLKIT_PORT", "8123")
+    monkeypatch.setenv("DSMLKIT_UPSTREAM", "http://e:1/v1")
+    monkeypatch.setenv("DSMLKIT_UPSTREAM_TIMEOUT", "2.5")
+    monkeypatch.setenv("DSMLKIT_LOG_LEVEL", "debug")
+    args = build_parser().parse_args(["serve", "--port", "9000"])
+    assert (args.port, args.upstream, args.upstream_timeout, args.log_level) == (
+        9000,  # the command line wins
+        "http://e:1/v1",
+        2.5,
+        "debug",
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [
+        ("DSMLKIT_PORT", "99999", "DSMLKIT_PORT='99999': 99999 is not a port (1-65535)"),
+        ("DSMLKIT_DIALECT", "v9", "DSMLKIT_DIALECT='v9': must be one of"),
+    ],
+)
+def test_bad_environment_values_are_usage_errors(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    name: str,
+    value: str,
+    words: str,
 ) -> None:
-    banner = _banner(["serve", "--tokenizer", "none"], monkeypatch, capsys)
-    assert banner.startswith("dsmlkit serve: listening on http://127.0.0.1:8000\n")
-    assert "  dialect v4.1, model " in banner
-    assert "  gateway: off (no --upstream)" in banner
-    assert "  API key: not required" in banner
-
-
-def test_serve_flags_reach_the_server(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    argv = ["serve", "--host", "0.0.0.0", "--port", "9", "--dialect", "v3.2", "--model", "ds"]
-    argv += ["--upstream", "http://h:1/v1", "--upstream-api", "chat", "--tokenizer", "none"]
-    banner = _banner([*argv, "--api-key", "k"], monkeypatch, capsys)
-    assert banner.startswith("dsmlkit serve: listening on http://0.0.0.0:9\n")
-    assert "  dialect v3.2, model ds\n" in banner
-    assert " -> http://h:1/v1/chat/completions (chat)\n" in banner
-    assert "  API key: required" in banner
+    monkeypatch.setenv(name, value)
+    assert _exit_code(["serve"]) == 2
+    assert words in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -80,20 +111,26 @@ def test_upstream_endpoint(upstream: str, api: Any, endpoint: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "words"),
     [
-        ["serve", "--upstream", "ftp://x"],
-        ["serve", "--upstream-timeout", "0"],
+        (["serve", "--upstream", "ftp://x"], "--upstream: must be an http(s) URL"),
+        (["serve", "--upstream-timeout", "0"], "--upstream-timeout: 0 must be positive"),
+        (["serve", "--port", "99999"], "--port: 99999 is not a port (1-65535)"),
+        (["serve", "--port", "0"], "--port: 0 is not a port (1-65535)"),
+        (["serve", "--config", "x.toml", "--dialect", "v4"], "drop --dialect"),
     ],
 )
-def test_bad_settings_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(argv) == 2
-    assert "dsmlkit serve:" in capsys.readouterr().err
+def test_bad_settings_exit_2(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert _exit_code(argv) == 2
+    assert words in capsys.readouterr().err
 
 
-def test_unloadable_tokenizer_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["serve", "--tokenizer", "/nonexistent/tokenizer.json"]) == 1
-    assert "not found" in capsys.readouterr().err
+def test_unloadable_tokenizer_is_an_input_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--tokenizer", "/nonexistent/tokenizer.json"]) == 3
+    error = capsys.readouterr().err
+    assert error.startswith("dsmlkit serve: --tokenizer: ") and "not found" in error
 
 
 def test_missing_server_extra_says_what_to_install(
@@ -107,7 +144,7 @@ def test_missing_server_extra_says_what_to_install(
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", without_uvicorn)
-    assert main(["serve"]) == 2
+    assert main(["serve"]) == 4
     assert "pip install 'dsmlkit[server]'" in capsys.readouterr().err
 
 
@@ -119,12 +156,12 @@ def test_help_works_without_the_server_extra() -> None:
     assert "--upstream-api {completions,chat}" in done.stdout
 
 
-def test_port_in_use_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+def test_port_in_use_cannot_start(capsys: pytest.CaptureFixture[str]) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         busy = taken.getsockname()[1]
-        assert main(["serve", "--tokenizer", "none", "--port", str(busy)]) == 1
+        assert main(["serve", "--tokenizer", "none", "--port", str(busy)]) == 4
     assert f"cannot listen on 127.0.0.1:{busy}" in capsys.readouterr().err
 
 

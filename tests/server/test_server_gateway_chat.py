@@ -8,7 +8,7 @@ import pytest
 
 from dsmlkit.dialects import ASCII_MARKER, V4, V4_1
 from tests.helpers import write_block
-from tests.server.conftest import Gateway
+from tests.server.conftest import HOSTED_MODELS, Gateway
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.sdk import ask
 
@@ -128,6 +128,7 @@ def test_anthropic_request_is_converted_to_chat(chat_gateway: Gateway) -> None:
 
 
 def test_model_flag_overrides_the_forwarded_model(start_gateway: Any, engine: FakeEngine) -> None:
+    engine.served = HOSTED_MODELS
     gateway = Gateway(start_gateway(upstream_api="chat", model="hosted-model"), engine)
     engine.push(Reply(content="ok"))
     answer = ask(gateway, "openai", False, thinking=False)
@@ -138,6 +139,7 @@ def test_model_flag_overrides_the_forwarded_model(start_gateway: Any, engine: Fa
 def test_client_key_is_forwarded_only_when_the_server_has_no_key_of_its_own(
     start_gateway: Any, engine: FakeEngine
 ) -> None:
+    engine.served = HOSTED_MODELS
     open_gateway = Gateway(start_gateway(upstream_api="chat"), engine)
     with open_gateway.http() as http:
         body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}

@@ -166,7 +166,8 @@ def test_usage_comes_from_the_engine(completions_gateway: Gateway) -> None:
     usage = chunks[-1].usage
     assert usage is not None
     prompt = completions_gateway.engine.requests[-1]["prompt"]
-    assert (usage.prompt_tokens, usage.completion_tokens) == (len(prompt), 5)
+    generated = completions_gateway.engine.encode("abcdefghij", add_special_tokens=False)
+    assert (usage.prompt_tokens, usage.completion_tokens) == (len(prompt), len(generated))
 
 
 TOOL_SEARCH_TURNS = {

@@ -17,6 +17,7 @@ from dsmlkit.dialects import BOS, EOS, V4_1
 from dsmlkit.render import render_conversation
 from dsmlkit.render.tokens import load_tokenizer
 from dsmlkit.server import ServerConfig, create_app
+from dsmlkit.server.reqlog import ACCESS_LOGGER
 from tests.helpers import write_block
 
 CHAT = {
@@ -67,7 +68,7 @@ def test_health_and_models(local_client: TestClient) -> None:
     ],
 )
 def test_render_shows_the_exact_prompt_and_ids(
-    local_client: TestClient, path: str, api: str, body: dict[str, Any]
+    local_client: TestClient, v41_tokenizer: str, path: str, api: str, body: dict[str, Any]
 ) -> None:
     response = local_client.post(path, json=body)
     assert response.status_code == 200
@@ -75,7 +76,8 @@ def test_render_shows_the_exact_prompt_and_ids(
     req = parse_request(api, body, dialect="v4.1")  # type: ignore[arg-type]
     expected = render_conversation(req.conversation, req.render)
     assert shown["prompt"] == expected.prompt
-    assert shown["token_ids"] == load_tokenizer().encode_prompt(expected)
+    assert shown["token_ids"] == load_tokenizer(v41_tokenizer).encode_prompt(expected)
+    assert shown["notes"] == []
     assert shown["output_starts_in"] == expected.output_starts_in
     assert shown["model"] == body["model"]
     assert shown["dialect"] == "v4.1"
@@ -110,8 +112,8 @@ def test_missing_tokenizer_extra_is_not_fatal(monkeypatch: pytest.MonkeyPatch) -
         assert "dsmlkit[tokenizer]" in refused.json()["error"]["message"]
 
 
-def test_tokenize_detokenize_and_count_tokens(local_client: TestClient) -> None:
-    tokenizer = load_tokenizer()
+def test_tokenize_detokenize_and_count_tokens(local_client: TestClient, v41_tokenizer: str) -> None:
+    tokenizer = load_tokenizer(v41_tokenizer)
     plain = local_client.post("/tokenize", json={"prompt": "hi <｜User｜>"}).json()
     assert plain["tokens"][0] == tokenizer.token_id(BOS)
     assert plain["tokens"][-1] == tokenizer.token_id("<｜User｜>")
@@ -279,6 +281,7 @@ def test_metrics_and_log_line(caplog: pytest.LogCaptureFixture) -> None:
             client.post("/v1/parse", json={"text": OUTPUT + " after"})
             client.post("/v1/parse", json={})
             client.get("/no-such-route")
+        lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER.name]
         exposition = client.get("/metrics")
     assert exposition.headers["content-type"].startswith("text/plain; version=0.0.4")
     samples = _samples(exposition.text)
@@ -291,10 +294,66 @@ def test_metrics_and_log_line(caplog: pytest.LogCaptureFixture) -> None:
     assert samples['dsmlkit_parse_diagnostics_total{kind="text_after_block"}'] == 1
     assert samples["dsmlkit_parse_seconds_count"] == 1
     assert samples['dsmlkit_parse_seconds_bucket{le="+Inf"}'] == 1
-    lines = [json.loads(record.getMessage()) for record in caplog.records]
     assert [line["status"] for line in lines] == [200, 400, 404]
     first = lines[0]
     assert first["route"] == "/v1/parse" and first["id"].startswith("req_")
     assert first["diagnostics"] == {"text_after_block": 1}
     assert first["finish_reason"] == "tool_calls" and "parse_ms" in first
     assert lines[1]["error"] == "invalid_request_error"
+
+
+_ONE_TURN = '"model": "m", "messages": [{"role": "user", "content": "hi"}]'
+_DEEP = "[" * 1000 + "1" + "]" * 1000
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param"),
+    [
+        ("/v1/chat/completions/render", '{"temperature": NaN, ' + _ONE_TURN + "}", "temperature"),
+        (
+            "/v1/messages/render",
+            '{"max_tokens": 5, "top_p": -Infinity, ' + _ONE_TURN + "}",
+            "top_p",
+        ),
+        (
+            "/v1/messages/render",
+            '{"max_tokens": 5, "messages": [{"role": "user", "content": "a \\ud800"}]}',
+            "messages[0].content",
+        ),
+        (
+            "/v1/chat/completions/render",
+            '{"messages": [{"role": "user", "content": "hi"}], "tools": ' + _DEEP + "}",
+            "tools" + "[0]" * 63,
+        ),
+        (
+            "/v1/chat/completions/render",
+            '{"messages": [{"role": "user", "content": "hi"}], "x": ' + "[" * 80 + "]" * 80 + "}",
+            "x" + "[0]" * 63,
+        ),
+        ("/v1/parse", '{"text": "x", "dialect": 4.1}', "dialect"),
+        (
+            "/v1/messages/render",
+            '{"max_tokens": 5, ' + _ONE_TURN + ', "tools": [{"name": "a", "input_schema": '
+            '{"type": "object"}}], "tool_choice": {"type": "tool", "name": ["a"]}}',
+            "tool_choice.name",
+        ),
+    ],
+)
+def test_malformed_bodies_are_400s_naming_the_field(
+    local_client: TestClient, path: str, body: str, param: str
+) -> None:
+    response = local_client.post(path, content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    if path.startswith("/v1/messages"):
+        assert error["type"] == "invalid_request_error"
+        assert error["message"].startswith(param + ": ")
+    else:
+        assert error["param"] == param
+
+
+def test_detokenize_refuses_ids_the_tokenizer_lacks(local_client: TestClient) -> None:
+    response = local_client.post("/detokenize", json={"tokens": [5, 10**7]})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "tokens[1]"
+    assert "not in the tokenizer" in response.json()["error"]["message"]

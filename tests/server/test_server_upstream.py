@@ -92,3 +92,64 @@ def test_a_json_answer_to_a_stream_request_is_refused() -> None:
 )
 def test_error_message_of_upstream_bodies(body: bytes, message: str) -> None:
     assert error_message(body) == message
+
+
+@pytest.mark.parametrize(
+    ("stream", "words"),
+    [
+        (_chunk("Hel") + 'data: {"choices": "oops"}\n\n', "choices is not a list"),
+        (_chunk("Hel") + 'data: {"choices": [1]}\n\n', "choices is not a list"),
+        (_chunk("Hel") + 'data: {"choices": [], "usage": 5}\n\n', "usage is not an object"),
+    ],
+)
+def test_malformed_chunks_are_502s(stream: str, words: str) -> None:
+    with _client(stream.encode()) as client:
+        plain = _ask(client)
+    assert plain.status_code == 502
+    assert words in plain.json()["error"]["message"]
+
+
+def test_a_body_declared_gzip_that_is_not_is_a_502() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
+        return httpx.Response(200, headers=headers, content=_chunk("plain text").encode())
+
+    config = ServerConfig(upstream="http://engine.test", tokenizer="none")
+    with TestClient(create_app(config, upstream_transport=httpx.MockTransport(answer))) as client:
+        plain = _ask(client)
+        streamed = _ask(client, stream=True)
+    assert plain.status_code == 502
+    assert "cannot be decoded" in plain.json()["error"]["message"]
+    assert "cannot be decoded" in streamed.text
+
+
+def test_a_mid_stream_401_is_the_gateways_upstream_problem() -> None:
+    stream = _chunk("Hel") + 'data: {"error": {"message": "key expired", "code": 401}}\n\n'
+    with _client(stream.encode()) as client:
+        plain = _ask(client)
+        message = client.post("/v1/messages", json={**CHAT, "max_tokens": 5})
+    assert plain.status_code == 502 and message.status_code == 502
+    assert plain.json()["error"]["type"] == "api_error"
+    assert "mid-stream (401): key expired" in plain.json()["error"]["message"]
+    assert message.json()["error"]["type"] == "api_error"
+
+
+@pytest.mark.parametrize(
+    ("settings", "headers", "status"),
+    [
+        ({"upstream_api_key": "gateway-key"}, {}, 502),  # the gateway's own key was refused
+        ({}, {"authorization": "Bearer client-key"}, 401),  # the client's forwarded key
+    ],
+)
+def test_an_upstream_401_is_the_clients_only_for_the_clients_key(
+    settings: dict[str, Any], headers: dict[str, str], status: int
+) -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(401, json={"error": {"message": "bad key"}})
+
+    config = ServerConfig(upstream="http://engine.test", tokenizer="none", **settings)
+    transport = httpx.MockTransport(answer)
+    with TestClient(create_app(config, upstream_transport=transport)) as client:
+        response = client.post("/v1/chat/completions", json=CHAT, headers=headers)
+    assert response.status_code == status
+    assert "bad key" in response.json()["error"]["message"]

@@ -383,7 +383,7 @@ def _tool_choice(field: Field, server_tools: set[str]) -> tuple[ToolChoice | Non
     parallel = not (no_parallel.present and no_parallel.boolean())
     if kind == "tool":
         name = field["name"]
-        if name.value in server_tools:
+        if name.string() in server_tools:
             raise name.error(f"names the server tool {name.value!r}, which dsmlkit does not run")
         return ToolChoice("required", name.nonempty_string(), name.path), parallel
     mode = CHOICE_MODES["required" if kind == "any" else kind]

@@ -1,30 +1,58 @@
-"""``dsmlkit serve``: the render endpoints, and with ``--upstream`` a DSML gateway.
+"""``dsmlkit serve``: the render endpoints, and with an upstream a DSML gateway.
 
 FastAPI, uvicorn and httpx (the ``[server]`` extra) are imported only when the command
-runs, so ``dsmlkit --help`` works without them.
+runs, so ``dsmlkit --help`` works without them. Every flag can also be given as an
+environment variable: ``--upstream-timeout`` is ``DSMLKIT_UPSTREAM_TIMEOUT`` (``DSMLKIT_``
+plus the flag's name in capitals, dashes as underscores); a flag on the command line wins.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ipaddress
-import logging
 import os
 import socket
-import sys
 from typing import TYPE_CHECKING, Any
 
+from dsmlkit.cli import EXIT_CONFIG, EXIT_INPUT, EXIT_OK, EXIT_START, EXIT_USAGE, fail
 from dsmlkit.dialects import DIALECTS
 
 if TYPE_CHECKING:
-    from dsmlkit.server import ServerConfig
+    from dsmlkit.server.state import ServerState
 
 INSTALL_HINT = "pip install 'dsmlkit[server]'"
-#: Environment variables read for secrets (so keys need not appear in `ps` output).
-API_KEY_ENV = "DSMLKIT_API_KEY"
+ENV_PREFIX = "DSMLKIT_"
+#: The upstream's key comes only from the environment (so it never shows in `ps`).
 UPSTREAM_KEY_ENV = "DSMLKIT_UPSTREAM_API_KEY"
-STATE_ENV = "DSMLKIT_STATE"
+#: The secret that signs Anthropic thinking blocks, likewise only from the environment.
 STATE_SECRET_ENV = "DSMLKIT_STATE_SECRET"
+#: Flags that describe the one model of the shorthand (not allowed with --config).
+MODEL_FLAGS = ("dialect", "model", "upstream", "upstream_api", "tokenizer")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (1-65535)")
+    return port
+
+
+def _positive(kind: type[int] | type[float]) -> Any:
+    def convert(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text} must be positive")
+        return value
+
+    return convert
 
 
 def register(subparsers: Any) -> None:
@@ -32,116 +60,210 @@ def register(subparsers: Any) -> None:
         "serve",
         help="serve render/tokenize/parse endpoints and, with --upstream, a DSML gateway",
         description=(
-            "Serve the render, tokenize and parse endpoints. With --upstream, also serve "
-            "POST /v1/chat/completions and POST /v1/messages through an engine's "
-            "/v1/completions (--upstream-api completions) or a hosted chat endpoint whose "
-            "leaked DSML is repaired (--upstream-api chat). See docs/server.md."
+            "Serve the render, tokenize and parse endpoints. With --upstream (or --config "
+            "FILE for several models), also serve POST /v1/chat/completions and POST "
+            "/v1/messages through an engine's /v1/completions (--upstream-api completions) "
+            "or a hosted chat endpoint whose leaked DSML is repaired (--upstream-api chat). "
+            "Every flag can also be set as DSMLKIT_<FLAG> (e.g. DSMLKIT_PORT, "
+            "DSMLKIT_UPSTREAM). See docs/server.md."
         ),
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
-    parser.add_argument("--port", type=int, default=8000, help="port (default: 8000)")
-    parser.add_argument(
-        "--dialect", choices=list(DIALECTS), default="v4.1", help="DSML dialect (default: v4.1)"
-    )
-    parser.add_argument(
+    add = parser.add_argument
+    add("--host", default="127.0.0.1", help="address to bind (default: loopback)")
+    add("--port", type=_port, default=8000, help="port, 1-65535 (default: 8000)")
+    add("--config", metavar="FILE", help="TOML file with one [[models]] table per model")
+    add("--dialect", choices=list(DIALECTS), help="DSML dialect (default: v4.1)")
+    add(
         "--model",
         metavar="NAME",
-        help="model name to list and to send upstream (default: deepseek-<dialect>; "
-        "in chat mode the client's model is forwarded unless this is given)",
+        help="model name to list and to send upstream (default: the engine's served name, "
+        "else deepseek-<dialect>; in chat mode the client's model is forwarded unless given)",
     )
-    parser.add_argument(
-        "--upstream", metavar="URL", help="engine base URL, e.g. http://127.0.0.1:8001/v1"
-    )
-    parser.add_argument(
+    add("--upstream", metavar="URL", help="engine base URL, e.g. http://127.0.0.1:8001/v1")
+    add(
         "--upstream-api",
         choices=("completions", "chat"),
-        default="completions",
         help="how to talk to the upstream (default: completions)",
     )
-    parser.add_argument(
+    add(
         "--tokenizer",
         metavar="PATH",
         help="tokenizer.json or model folder (default: the bundled V4 tokenizer if "
         "dsmlkit[tokenizer] is installed; 'none' sends text prompts)",
     )
-    parser.add_argument(
+    add(
         "--api-key",
         metavar="KEY",
-        default=os.environ.get(API_KEY_ENV),
-        help=f"require this key as 'Authorization: Bearer KEY' or 'x-api-key' "
-        f"(default: ${API_KEY_ENV}, else no key)",
+        help="require this key as 'Authorization: Bearer KEY' or 'x-api-key' "
+        "(default: $DSMLKIT_API_KEY, else no key)",
     )
-    parser.add_argument(
+    add(
         "--upstream-timeout",
         metavar="SECONDS",
-        type=float,
+        type=_positive(float),
         default=600.0,
         help="longest wait for the upstream's next bytes (default: 600)",
     )
-    parser.add_argument(
+    add(
+        "--upstream-deadline",
+        metavar="SECONDS",
+        type=_positive(float),
+        default=3600.0,
+        help="longest time one upstream request may take in all (default: 3600)",
+    )
+    add(
+        "--header-timeout",
+        metavar="SECONDS",
+        type=_positive(float),
+        default=10.0,
+        help="close a connection whose request headers take longer (default: 10)",
+    )
+    add(
+        "--body-timeout",
+        metavar="SECONDS",
+        type=_positive(float),
+        default=60.0,
+        help="answer 408 when a request body takes longer to arrive (default: 60)",
+    )
+    add(
+        "--shutdown-grace",
+        metavar="SECONDS",
+        type=_positive(float),
+        default=5.0,
+        help="on SIGINT/SIGTERM, let requests run this long before open streams are ended "
+        "with an error event (default: 5)",
+    )
+    add(
         "--max-body-mb",
         metavar="MB",
-        type=float,
+        type=_positive(float),
         default=32.0,
         help="largest request body accepted (default: 32)",
     )
-    parser.add_argument(
+    add(
         "--state",
         metavar="STORE",
-        default=os.environ.get(STATE_ENV, "memory"),
+        default="memory",
         help="where the gateway keeps reasoning between turns: memory (default), "
         "sqlite:PATH (survives restarts) or redis://HOST:PORT/DB (shared by replicas); "
-        f"default: ${STATE_ENV}, else memory. ${STATE_SECRET_ENV} signs thinking blocks "
-        "and seals Responses reasoning",
+        f"${STATE_SECRET_ENV} signs thinking blocks and seals Responses reasoning",
     )
+    add("--workers", type=_positive(int), default=1, help="worker processes (default: 1)")
+    add("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
+    _defaults_from_environment(parser)
     parser.set_defaults(func=run)
+
+
+def _defaults_from_environment(parser: argparse.ArgumentParser) -> None:
+    """Take each flag's default from ``DSMLKIT_<FLAG>`` when that variable is set.
+
+    A string default goes through the flag's ``type`` when argparse parses, so a bad value
+    fails like a bad flag; choices are checked here (argparse does not check defaults).
+    """
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        name = ENV_PREFIX + action.dest.upper()
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        if action.choices is not None and value not in action.choices:
+            allowed = ", ".join(map(str, action.choices))
+            parser.error(f"{name}={value!r}: must be one of {allowed}")
+        if callable(action.type):
+            try:
+                action.type(value)
+            except argparse.ArgumentTypeError as exc:
+                parser.error(f"{name}={value!r}: {exc}")
+        action.default = value
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        import uvicorn
+        import uvicorn  # noqa: F401
 
         from dsmlkit.server import ServerConfig, create_app
+        from dsmlkit.server.config import ConfigError, load_config_file
+        from dsmlkit.server.runtime import configure_logging, serve
     except ImportError as exc:
-        print(
-            f"dsmlkit serve needs the server extra ({exc.name} is missing): {INSTALL_HINT}",
-            file=sys.stderr,
+        return fail(
+            "serve", f"needs the server extra ({exc.name} is missing): {INSTALL_HINT}", EXIT_START
         )
-        return 2
-    try:
-        config = ServerConfig(
-            dialect=args.dialect,
+    settings: dict[str, Any] = {}
+    if args.config is not None:
+        given = [f"--{flag.replace('_', '-')}" for flag in MODEL_FLAGS if getattr(args, flag)]
+        if given:
+            return fail(
+                "serve", f"--config FILE lists the models; drop {', '.join(given)}", EXIT_USAGE
+            )
+        try:
+            settings["models"] = load_config_file(args.config)
+        except ConfigError as exc:
+            return fail("serve", str(exc), EXIT_CONFIG)
+    else:
+        settings.update(
+            dialect=args.dialect or "v4.1",
             model=args.model,
             upstream=args.upstream,
-            upstream_api=args.upstream_api,
+            upstream_api=args.upstream_api or "completions",
             tokenizer=args.tokenizer,
+        )
+    try:
+        config = ServerConfig(
+            **settings,
             api_key=args.api_key or None,
             upstream_api_key=os.environ.get(UPSTREAM_KEY_ENV) or None,
             upstream_timeout=args.upstream_timeout,
+            upstream_deadline=args.upstream_deadline,
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
+            body_timeout=args.body_timeout,
+            shutdown_grace=args.shutdown_grace,
             state=args.state,
             state_secret=os.environ.get(STATE_SECRET_ENV) or None,
         )
-    except ValueError as exc:
-        print(f"dsmlkit serve: {exc}", file=sys.stderr)
-        return 2
+    except ConfigError as exc:
+        flag = f"--{exc.where.replace('_', '-')}: " if exc.where else ""
+        return fail("serve", flag + exc.reason, EXIT_USAGE)
     try:
         app = create_app(config)
     except Exception as exc:  # a tokenizer that cannot be loaded, reported plainly
-        print(f"dsmlkit serve: {exc}", file=sys.stderr)
-        return 1
+        return fail("serve", f"--tokenizer: {exc}", EXIT_INPUT)
     try:
         sock = listening_socket(args.host, args.port)
     except OSError as exc:
-        print(f"dsmlkit serve: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
-        return 1
-    _log_requests_to_stderr()
-    server_state = app.state.dsmlkit
-    banner = _banner(args.host, args.port, config, server_state.tokenizer_description)
-    print(f"{banner}\n  state: {server_state.reasoning.store.description}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, access_log=False, log_level="warning"))
-    server.run(sockets=[sock])
-    return 0
+        return fail("serve", f"cannot listen on {args.host}:{args.port}: {exc}", EXIT_START)
+    configure_logging(args.log_level)
+    state: ServerState = app.state.dsmlkit
+    asyncio.run(_read_engines(state))
+    mismatches = [f"model {m.name}: {m.name_mismatch()}" for m in state.models if m.name_mismatch()]
+    if mismatches:
+        sock.close()
+        return fail("serve", "; ".join(mismatches), EXIT_START)
+    problems = [f"model {m.name}: {p}" for m in state.models for p in m.problems()]
+    host, port = sock.getsockname()[:2]
+    print(_banner(host, port, state, problems), flush=True)
+    target: Any = app
+    if args.workers > 1:
+        from dsmlkit.server.runtime import CONFIG_ENV, LOG_LEVEL_ENV, settings_to_environment
+
+        os.environ[CONFIG_ENV] = settings_to_environment(config)
+        os.environ[LOG_LEVEL_ENV] = args.log_level
+        target = "dsmlkit.server.runtime:app_from_environment"
+    serve(
+        target,
+        sock,
+        workers=args.workers,
+        log_level=args.log_level,
+        header_timeout=args.header_timeout,
+    )
+    return EXIT_OK
+
+
+async def _read_engines(state: ServerState) -> None:
+    try:
+        await state.read_engines()
+    finally:
+        await state.aclose()
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -164,34 +286,33 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _log_requests_to_stderr() -> None:
-    """One JSON line per request on stderr (the lines are JSON already)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = logging.getLogger("dsmlkit.server")
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-
-
-def _banner(host: str, port: int, config: ServerConfig, tokenizer: str) -> str:
+def _banner(host: str, port: int, state: ServerState, problems: list[str]) -> str:
+    config = state.config
     shown_host = f"[{host}]" if ":" in host else host
     lines = [
         f"dsmlkit serve: listening on http://{shown_host}:{port}",
-        f"  dialect {config.dialect}, model {config.served_model}",
-        f"  tokenizer: {tokenizer}",
-        "  always on: GET /health, GET /v1/models, GET /metrics, "
+        "  always on: GET|HEAD /health, GET|HEAD /ready, GET /v1/models, GET /metrics, "
         "POST /v1/chat/completions/render, POST /v1/messages/render, "
         "POST /v1/responses/render, POST /tokenize, "
         "POST /detokenize, POST /v1/messages/count_tokens, POST /v1/parse",
     ]
-    if config.upstream_endpoint is None:
-        lines.append("  gateway: off (no --upstream)")
-    else:
-        lines.append(
-            f"  gateway: POST /v1/chat/completions, POST /v1/messages, POST /v1/responses -> "
-            f"{config.upstream_endpoint} ({config.upstream_api})"
-        )
+    for model in state.models:
+        names = ", ".join(model.config.names)
+        lines.append(f"  model {names}: dialect {model.dialect}")
+        endpoint = model.config.upstream_endpoint
+        if endpoint is None:
+            lines.append("    gateway: off (no --upstream)")
+        else:
+            engine = model.engine_model or "(the client's model)"
+            length = model.max_model_len or "unknown"
+            lines.append(
+                "    gateway: POST /v1/chat/completions, POST /v1/messages, POST /v1/responses "
+                f"-> {endpoint} "
+                f"({model.config.upstream_api}, model {engine}, max_model_len {length})"
+            )
+        lines.append(f"    prompts: {model.plan.summary}")
+    lines.append(f"  state: {state.reasoning.store.description}")
+    lines += [f"  NOT READY: {problem}" for problem in problems]
     lines.append(f"  API key: {'required' if config.api_key else 'not required'}")
     if config.api_key is None and not _is_loopback(host):
         lines.append(f"  WARNING: {host} is not loopback and no --api-key is set")

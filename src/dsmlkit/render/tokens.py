@@ -155,6 +155,12 @@ class PromptTokenizer:
     def __repr__(self) -> str:
         return f"PromptTokenizer(name={self.name!r}, source={self.source!r})"
 
+    @property
+    def vocab_size(self) -> int:
+        """How many ids the tokenizer has (added tokens included); ids are below this."""
+        size: int = self._tokenizer.get_vocab_size(with_added_tokens=True)
+        return size
+
     def token_id(self, token: str) -> int | None:
         """The id of an added token such as ``<｜User｜>``, or None if the file lacks it."""
         return self._added_ids.get(token)

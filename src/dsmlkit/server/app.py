@@ -3,13 +3,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
-from collections.abc import AsyncIterator, MutableMapping
-from contextlib import asynccontextmanager
+import signal
+import threading
+from collections.abc import AsyncIterator, Iterator, MutableMapping
+from contextlib import asynccontextmanager, contextmanager
+from types import FrameType
 from typing import Any
 
+import anyio
 import httpx
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
@@ -22,12 +28,12 @@ from dsmlkit.server import gateway, local_routes
 from dsmlkit.server.apis import api_for_path, error_response
 from dsmlkit.server.config import ServerConfig
 from dsmlkit.server.reqlog import RequestRecord, new_request_id
-from dsmlkit.server.state import ServerState, client_keys, load_prompt_tokenizer, record_of
+from dsmlkit.server.state import ServerState, client_keys, record_of
 
 LOGGER = logging.getLogger("dsmlkit.server")
 
 #: Paths that need no API key (liveness probes).
-OPEN_PATHS = frozenset({"/health"})
+OPEN_PATHS = frozenset({"/health", "/ready"})
 
 
 def create_app(
@@ -37,16 +43,20 @@ def create_app(
 ) -> FastAPI:
     """The dsmlkit server for ``config`` (default: render-only, V4.1, bundled tokenizer).
 
-    Loads the tokenizer now, so a bad ``--tokenizer`` fails at start-up.
-    ``upstream_transport`` replaces the network for the upstream client (tests).
+    Loads the tokenizers now, so a bad ``--tokenizer`` fails at start-up; each model's
+    engine is read when the app starts (an engine that is down is read again on
+    ``/ready``). ``upstream_transport`` replaces the network for the upstream client (tests).
     """
-    config = config or ServerConfig()
-    tokenizer, description = load_prompt_tokenizer(config.tokenizer)
-    state = ServerState(config, tokenizer, description, upstream_transport)
+    state = ServerState.load(config or ServerConfig(), upstream_transport)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        yield
+        await state.read_engines()
+        for model in state.models:
+            for problem in model.problems():
+                LOGGER.error("model %s: %s", model.name, problem)
+        with _drain_on_stop_signals(state):
+            yield
         await state.aclose()
 
     app = FastAPI(
@@ -67,6 +77,40 @@ def create_app(
     routes = frozenset(getattr(r, "path", "") for router in routers for r in router.routes)
     app.add_middleware(RequestMiddleware, state=state, routes=routes)
     return app
+
+
+@contextmanager
+def _drain_on_stop_signals(state: ServerState) -> Iterator[None]:
+    """While the app runs in the main thread, SIGINT and SIGTERM also start draining its
+    streams (uvicorn's own handlers, installed before start-up, still run first) and end
+    the process with exit code 0 once uvicorn has stopped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # e.g. a test server in a thread: no signals reach it
+        return
+    loop = asyncio.get_running_loop()
+    previous: dict[int, Any] = {
+        sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+
+    def handler(sig: int, frame: FrameType | None) -> None:
+        earlier = previous[sig]
+        if callable(earlier):
+            earlier(sig, frame)
+        server = getattr(earlier, "__self__", None)
+        if isinstance(server, uvicorn.Server):
+            # uvicorn raises the signal again once it has stopped, which kills the process
+            # with it (SIGINT: a KeyboardInterrupt traceback); a requested stop exits cleanly.
+            server._captured_signals.clear()
+        if not state.draining:
+            loop.call_soon_threadsafe(state.drain)
+
+    for sig in previous:
+        signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, earlier in previous.items():
+            signal.signal(sig, earlier)
 
 
 def _respond(request: Request, err: ApiError) -> JSONResponse:
@@ -163,6 +207,8 @@ class RequestMiddleware:
     async def _read_body(
         self, scope: Scope, receive: Receive
     ) -> tuple[list[Message], ApiError | None]:
+        """The body's messages, or the error to answer with: 413 past the size limit,
+        408 when it does not arrive within the body timeout."""
         limit = self.state.config.max_body_bytes
         too_large = ApiError.for_status(
             413, f"the request body is larger than the server's limit of {limit} bytes"
@@ -172,16 +218,21 @@ class RequestMiddleware:
             return [], too_large
         messages: list[Message] = []
         size = 0
-        while True:
-            message = await receive()
-            messages.append(message)
-            if message["type"] != "http.request":
-                return messages, None  # the client went away; the app will see it
-            size += len(message.get("body", b""))
-            if size > limit:
-                return [], too_large
-            if not message.get("more_body", False):
-                return messages, None
+        timeout = self.state.config.body_timeout
+        with anyio.move_on_after(timeout):
+            while True:
+                message = await receive()
+                messages.append(message)
+                if message["type"] != "http.request":
+                    return messages, None  # the client went away; the app will see it
+                size += len(message.get("body", b""))
+                if size > limit:
+                    return [], too_large
+                if not message.get("more_body", False):
+                    return messages, None
+        return [], ApiError.for_status(
+            408, f"the request body did not arrive within {timeout:g} seconds"
+        )
 
 
 def _replay(messages: list[Message], receive: Receive) -> Receive:

@@ -1,13 +1,28 @@
-"""What ``dsmlkit serve`` was started with: one frozen record, validated up front."""
+"""What ``dsmlkit serve`` was started with: frozen records, validated up front.
+
+One :class:`ServerConfig` holds the server-wide settings and one :class:`ModelConfig` per
+served model. The single-model fields of :class:`ServerConfig` (``dialect``, ``model``,
+``upstream`` …) are the flags' shorthand for one model; ``models`` (from ``--config FILE``)
+lists several. :func:`load_config_file` reads the TOML file.
+"""
 
 from __future__ import annotations
 
 import re
+import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from dsmlkit.dialects import get_dialect
+from dsmlkit.errors import CallerError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 UpstreamApi = Literal["completions", "chat"]
 
@@ -15,54 +30,66 @@ UpstreamApi = Literal["completions", "chat"]
 NO_TOKENIZER = "none"
 
 _VERSION_SEGMENT = re.compile(r"/v\d+$")
+#: The keys of one ``[[models]]`` table, exactly.
+MODEL_KEYS = (
+    "name",
+    "aliases",
+    "dialect",
+    "upstream",
+    "upstream_api",
+    "upstream_model",
+    "tokenizer",
+)
+
+
+class ConfigError(CallerError):
+    """A setting is wrong; ``where`` names the flag, or the file and key."""
+
+    def __init__(self, message: str, where: str | None = None) -> None:
+        super().__init__(f"{where}: {message}" if where else message)
+        self.reason = message
+        self.where = where
 
 
 @dataclass(frozen=True)
-class ServerConfig:
-    """Settings of one server; the upstream URL comes only from here, never from a request.
+class ModelConfig:
+    """One served model: the name clients use, its dialect and the engine behind it.
 
-    ``upstream_api_key`` is sent to the upstream as a bearer token; when it is unset and the
-    server has no ``api_key`` of its own, the client's own key is forwarded instead.
+    ``upstream_model`` is the engine's served name (sent upstream as ``model``); None
+    means: in completions mode learn it from the engine's ``/v1/models`` (else ``name``),
+    in chat mode forward the client's own ``model``.
     """
 
+    name: str
     dialect: str = "v4.1"
-    model: str | None = None
     upstream: str | None = None
     upstream_api: UpstreamApi = "completions"
+    upstream_model: str | None = None
     tokenizer: str | None = None
-    api_key: str | None = None
-    upstream_api_key: str | None = None
-    upstream_timeout: float = 600.0
-    connect_timeout: float = 10.0
-    max_body_bytes: int = 32 * 1024 * 1024
-    #: ``memory``, ``sqlite:PATH`` or ``redis://HOST:PORT/DB`` (see :mod:`.state_store`).
-    state: str = "memory"
-    #: Signs Anthropic thinking blocks (see :mod:`.reasoning_store`) and seals Responses
-    #: reasoning (``encrypted_content``, :mod:`dsmlkit.api.seal`); default: random.
-    state_secret: str | None = None
+    aliases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "dialect", get_dialect(self.dialect).name)
+        try:
+            object.__setattr__(self, "dialect", get_dialect(self.dialect).name)
+        except ValueError as exc:
+            raise ConfigError(str(exc), "dialect") from None
         if self.upstream_api not in ("completions", "chat"):
-            raise ValueError(
-                f"upstream_api must be 'completions' or 'chat', not {self.upstream_api!r}"
+            raise ConfigError(
+                f"must be 'completions' or 'chat', not {self.upstream_api!r}", "upstream_api"
             )
         if self.upstream is not None:
             parts = urlsplit(self.upstream)
             if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ValueError(
-                    f"upstream must be an http(s) URL such as http://127.0.0.1:8000/v1, "
-                    f"not {self.upstream!r}"
+                raise ConfigError(
+                    f"must be an http(s) URL such as http://127.0.0.1:8000/v1, "
+                    f"not {self.upstream!r}",
+                    "upstream",
                 )
-        if self.upstream_timeout <= 0 or self.connect_timeout <= 0:
-            raise ValueError("timeouts must be positive")
-        if self.max_body_bytes <= 0:
-            raise ValueError("max_body_bytes must be positive")
 
     @property
-    def served_model(self) -> str:
-        """The model name this server lists and sends to a completions upstream."""
-        return self.model or f"deepseek-{self.dialect}"
+    def names(self) -> tuple[str, ...]:
+        """The name and every alias clients may ask for."""
+        return (self.name, *self.aliases)
 
     @property
     def upstream_endpoint(self) -> str | None:
@@ -81,3 +108,154 @@ class ServerConfig:
         if _VERSION_SEGMENT.search(path):
             return base + route
         return base + "/v1" + route
+
+    @property
+    def upstream_api_base(self) -> str | None:
+        """The URL that ``/models`` hangs off (``…/v1``)."""
+        endpoint = self.upstream_endpoint
+        if endpoint is None:
+            return None
+        base = endpoint.rsplit("/chat/completions", 1)[0]
+        return base.rsplit("/completions", 1)[0]
+
+    @property
+    def upstream_root(self) -> str | None:
+        """The engine's root URL, where vLLM and SGLang serve ``/tokenize``."""
+        base = self.upstream_api_base
+        if base is None:
+            return None
+        return _VERSION_SEGMENT.sub("", base)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Settings of one server; upstream URLs come only from here, never from a request.
+
+    ``upstream_api_key`` is sent to every upstream as a bearer token; when it is unset and
+    the server has no ``api_key`` of its own, the client's own key is forwarded instead.
+    ``upstream_timeout`` bounds each wait for the upstream's next bytes,
+    ``upstream_deadline`` a whole upstream request, ``body_timeout`` the arrival of a
+    request body; on a stop signal, streams still open after ``shutdown_grace`` seconds end
+    with an error event.
+    """
+
+    dialect: str = "v4.1"
+    model: str | None = None
+    upstream: str | None = None
+    upstream_api: UpstreamApi = "completions"
+    tokenizer: str | None = None
+    models: tuple[ModelConfig, ...] = ()
+    api_key: str | None = None
+    upstream_api_key: str | None = None
+    upstream_timeout: float = 600.0
+    upstream_deadline: float = 3600.0
+    connect_timeout: float = 10.0
+    body_timeout: float = 60.0
+    shutdown_grace: float = 5.0
+    max_body_bytes: int = 32 * 1024 * 1024
+    #: ``memory``, ``sqlite:PATH`` or ``redis://HOST:PORT/DB`` (see :mod:`.state_store`).
+    state: str = "memory"
+    #: Signs Anthropic thinking blocks (see :mod:`.reasoning_store`) and seals Responses
+    #: reasoning (``encrypted_content``, :mod:`dsmlkit.api.seal`); default: random.
+    state_secret: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "dialect", self._shorthand().dialect)
+        for name in (
+            "upstream_timeout",
+            "upstream_deadline",
+            "connect_timeout",
+            "body_timeout",
+            "shutdown_grace",
+        ):
+            if getattr(self, name) <= 0:
+                raise ConfigError("must be positive", name)
+        if self.max_body_bytes <= 0:
+            raise ConfigError("must be positive", "max_body_bytes")
+        seen: set[str] = set()
+        for model in self.models:
+            for name in model.names:
+                if name in seen:
+                    raise ConfigError(f"the name {name!r} is used twice", "models")
+                seen.add(name)
+
+    def _shorthand(self) -> ModelConfig:
+        return ModelConfig(
+            name=self.model or f"deepseek-{get_dialect(self.dialect).name}",
+            dialect=self.dialect,
+            upstream=self.upstream,
+            upstream_api=self.upstream_api,
+            upstream_model=self.model,
+            tokenizer=self.tokenizer,
+        )
+
+    @property
+    def model_configs(self) -> tuple[ModelConfig, ...]:
+        """Every served model: the ``models`` list, else the one the shorthand describes."""
+        return self.models or (self._shorthand(),)
+
+    @property
+    def strict_routing(self) -> bool:
+        """With a model list, a request must name one of its models; the shorthand's one
+        model answers whatever ``model`` a request names."""
+        return bool(self.models)
+
+    @property
+    def served_model(self) -> str:
+        """The first model's name."""
+        return self.model_configs[0].name
+
+    @property
+    def upstream_endpoint(self) -> str | None:
+        """The first model's upstream endpoint."""
+        return self.model_configs[0].upstream_endpoint
+
+
+def load_config_file(path: str | Path) -> tuple[ModelConfig, ...]:
+    """The ``[[models]]`` of a TOML file; any mistake raises :class:`ConfigError` naming
+    the file and the key."""
+    where = str(path)
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read it: {exc.strerror or exc}", where) from None
+    except UnicodeDecodeError:
+        raise ConfigError("is not UTF-8 text", where) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"is not valid TOML: {exc}", where) from None
+    unknown = sorted(set(data) - {"models"})
+    if unknown:
+        raise ConfigError(f"unknown top-level key {unknown[0]!r} (only [[models]])", where)
+    tables = data.get("models")
+    if not isinstance(tables, list) or not tables:
+        raise ConfigError("needs at least one [[models]] table", f"{where}: models")
+    return tuple(_model(table, f"{where}: models[{i}]") for i, table in enumerate(tables))
+
+
+def _model(table: Any, where: str) -> ModelConfig:
+    if not isinstance(table, Mapping):
+        raise ConfigError("must be a table", where)
+    unknown = sorted(set(table) - set(MODEL_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown key (keys: {', '.join(MODEL_KEYS)})", f"{where}.{unknown[0]}")
+    for key in ("name", "dialect", "upstream", "upstream_api", "upstream_model", "tokenizer"):
+        if key in table and not (isinstance(table[key], str) and table[key]):
+            raise ConfigError("must be a non-empty string", f"{where}.{key}")
+    for key in ("name", "dialect", "upstream"):
+        if key not in table:
+            raise ConfigError("is required", f"{where}.{key}")
+    aliases = table.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) and a for a in aliases):
+        raise ConfigError("must be a list of non-empty strings", f"{where}.aliases")
+    try:
+        return ModelConfig(
+            name=table["name"],
+            dialect=table["dialect"],
+            upstream=table["upstream"],
+            upstream_api=table.get("upstream_api", "completions"),
+            upstream_model=table.get("upstream_model", table["name"]),
+            tokenizer=table.get("tokenizer"),
+            aliases=tuple(aliases),
+        )
+    except ConfigError as exc:
+        raise ConfigError(exc.reason, f"{where}.{exc.where}") from None

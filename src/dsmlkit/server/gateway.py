@@ -60,10 +60,10 @@ from dsmlkit.server.forced import (
     one_call_only,
 )
 from dsmlkit.server.local_routes import read_json
-from dsmlkit.server.prepare import prepare
+from dsmlkit.server.prepare import model_of, prepare, prompt_length
 from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory
 from dsmlkit.server.reqlog import RequestRecord
-from dsmlkit.server.state import ServerState, client_keys, record_of, state_of
+from dsmlkit.server.state import ServedModel, ServerState, client_keys, record_of, state_of
 from dsmlkit.server.upstream import UpstreamClient, UpstreamStream
 
 LOGGER = logging.getLogger("dsmlkit.server")
@@ -80,8 +80,9 @@ _DISCONNECTED = ("client_disconnected", "the client went away; the upstream requ
 def upstream_api_error(exc: UpstreamError) -> ApiError:
     """The client-facing error for an upstream failure.
 
-    An upstream 4xx is the request's problem and keeps its status (422 → 400); a timeout is
-    504; anything else (connection, 5xx, a broken or malformed stream) is 502.
+    An upstream 4xx before the stream starts is the request's problem and keeps its status
+    (422 → 400); a timeout is 504; anything else (connection, 5xx, the upstream refusing the
+    gateway's own key, an error reported mid-stream, a broken or malformed stream) is 502.
     """
     if exc.kind == "timeout":
         return ApiError.for_status(504, exc.message)
@@ -126,8 +127,11 @@ class _Upstream:
     """The upstream requests of one answer, one open at a time (a forced call in thinking
     mode takes two)."""
 
-    def __init__(self, client: UpstreamClient, key: str | None, stream: UpstreamStream) -> None:
+    def __init__(
+        self, client: UpstreamClient, endpoint: str, key: _Key, stream: UpstreamStream
+    ) -> None:
         self._client = client
+        self._endpoint = endpoint
         self._key = key
         self.stream = stream
         self._earlier_seconds = 0.0
@@ -136,7 +140,7 @@ class _Upstream:
         """Close the current request and open the next."""
         await self.stream.aclose()
         self._earlier_seconds += self.stream.seconds
-        self.stream = await self._client.open_stream(body, self._key)
+        self.stream = await _send(self._client, self._endpoint, self._key, body)
 
     @property
     def seconds(self) -> float:
@@ -164,21 +168,23 @@ async def responses(request: Request) -> Response:
 async def _gateway(request: Request, api: Api) -> Response:
     state = state_of(request)
     record = record_of(request)
-    upstream = state.upstream()
     body, record.reasoning_restored, state_error = await state.reasoning.restore(
         api, await read_json(request)
     )
     record.state_error = state_error
-    if state.config.upstream_api == "completions":
-        plan = _completions_plan(state, api, body)
-    else:
-        plan = _chat_plan(state, api, body)
-    req = plan.req
-    record.stream, record.model, record.parsed = req.stream, req.model, True
-    record.prompt_tokens = plan.prompt_tokens
+    model = model_of(state, body)
+    endpoint = state.endpoint(model)
     key = _upstream_key(state, request)
-    stream, plan = await _open(upstream, key, plan, record)
-    calls = _Upstream(upstream, key, stream)
+    if model.config.upstream_api == "completions":
+        plan = await _completions_plan(state, model, api, body, key[0])
+    else:
+        plan = await anyio.to_thread.run_sync(_chat_plan, model, api, body, state.seal_key)
+    req = plan.req
+    record.stream, record.model, record.parsed = req.stream, model.name, True
+    record.prompt_tokens = plan.prompt_tokens
+    upstream = state.upstream()
+    stream, plan = await _open(upstream, endpoint, key, plan, record)
+    calls = _Upstream(upstream, endpoint, key, stream)
     outcome = _Outcome()
     events = _events(calls, plan, record, outcome, state.reasoning)
     response_id = new_response_id(api)
@@ -195,7 +201,7 @@ async def _gateway(request: Request, api: Api) -> Response:
             seal_key=state.seal_key,
         )
         return StreamingResponse(
-            _stream_body(frames, events, outcome, record),
+            _stream_body(state, frames, events, outcome, record),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
             # runs after the last byte, after a disconnect, even if the body never started
@@ -231,18 +237,22 @@ async def _gateway(request: Request, api: Api) -> Response:
     return JSONResponse(result)
 
 
-def _completions_plan(state: ServerState, api: Api, body: Any) -> _Plan:
-    prepared = prepare(state, api, body)
+async def _completions_plan(
+    state: ServerState, model: ServedModel, api: Api, body: Any, key: str | None
+) -> _Plan:
+    prepared = await anyio.to_thread.run_sync(prepare, state, api, body)
     req = prepared.req
     prompt: list[int] | str = (
-        prepared.token_ids if prepared.token_ids is not None else prepared.result.prompt
+        prepared.token_ids if prepared.token_ids is not None else prepared.encoded.text
     )
+    prompt_tokens = await prompt_length(state, prepared, key)
+    first_prompt = prompt
 
     def make_body(prompt: list[int] | str, extra_stop: Sequence[str]) -> dict[str, Any]:
         upstream_body: dict[str, Any] = {
-            "model": state.config.served_model,
+            "model": model.engine_model,
             "prompt": prompt,
-            **prepared.sampling_params(),
+            **prepared.sampling_params(_length_of(prompt, first_prompt, prompt_tokens)),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -251,31 +261,43 @@ def _completions_plan(state: ServerState, api: Api, body: Any) -> _Plan:
             upstream_body["add_special_tokens"] = False  # the prompt already starts with BOS
         return upstream_body
 
-    answer = CompletionsAnswer(req, prompt, prepared.result, state.tokenizer, make_body)
+    tokenizer = model.tokenizer if prepared.token_ids is not None else None
+    answer = CompletionsAnswer(req, prompt, prepared.result, tokenizer, make_body)
 
     def feed(choice: Mapping[str, Any]) -> list[Event]:
         text = choice.get("text")
         return answer.feed(text) if isinstance(text, str) and text else []
 
-    tokens = len(prepared.token_ids) if prepared.token_ids is not None else None
     return _Plan(
         req,
         answer.body,
         feed,
         answer.parser.close,
-        tokens,
+        prompt_tokens,
         opening=answer.opening,
         resume=answer.resume,
         one_call=one_call_only(req),
     )
 
 
-def _chat_plan(state: ServerState, api: Api, body: Any) -> _Plan:
-    req = parse_request(api, body, dialect=state.config.dialect, seal_key=state.seal_key)
+def _length_of(
+    prompt: list[int] | str, first: list[int] | str, first_tokens: int | None
+) -> int | None:
+    """The length in tokens of an upstream prompt that extends the first one: exact for
+    ids; for text at most the first prompt's tokens plus one per byte added."""
+    if isinstance(prompt, list):
+        return len(prompt)
+    if first_tokens is None or not isinstance(first, str):
+        return None
+    return first_tokens + len(prompt[len(first) :].encode())
+
+
+def _chat_plan(model: ServedModel, api: Api, body: Any, seal_key: bytes) -> _Plan:
+    req = parse_request(api, body, dialect=model.dialect, seal_key=seal_key)
     upstream_body = dict(body) if api == "openai" else to_openai_chat_body(req)
     upstream_body.update(stream=True, stream_options={"include_usage": True})
-    if state.config.model is not None:
-        upstream_body["model"] = state.config.model
+    if model.engine_model is not None:
+        upstream_body["model"] = model.engine_model
     repair = ChatRepair(lambda: req.new_parser("content"), call_id_factory(req.api))
 
     def feed(choice: Mapping[str, Any]) -> list[Event]:
@@ -293,26 +315,37 @@ def _chat_plan(state: ServerState, api: Api, body: Any) -> _Plan:
     )
 
 
+#: The key sent upstream, and whether it is the client's own (forwarded).
+_Key = tuple[str | None, bool]
+
+
+async def _send(
+    upstream: UpstreamClient, endpoint: str, key: _Key, body: dict[str, Any]
+) -> UpstreamStream:
+    return await upstream.open_stream(endpoint, body, key[0], clients_key=key[1])
+
+
 async def _open(
-    upstream: UpstreamClient, key: str | None, plan: _Plan, record: RequestRecord
+    upstream: UpstreamClient, endpoint: str, key: _Key, plan: _Plan, record: RequestRecord
 ) -> tuple[UpstreamStream, _Plan]:
     """Open the first upstream request; a 400 to a forced choice retries the fallback."""
     try:
-        return await upstream.open_stream(plan.upstream_body, key), plan
+        return await _send(upstream, endpoint, key, plan.upstream_body), plan
     except UpstreamError as exc:
         if plan.fallback_body is None or exc.status != 400:
             raise
         record.diagnostics["tool_choice_fallback"] += 1
-        stream = await upstream.open_stream(plan.fallback_body, key)
+        stream = await _send(upstream, endpoint, key, plan.fallback_body)
         return stream, replace(plan, require_call=True)
 
 
-def _upstream_key(state: ServerState, request: Request) -> str | None:
-    """The upstream's own key if configured; else, on an open server, the client's key."""
+def _upstream_key(state: ServerState, request: Request) -> _Key:
+    """The upstream's own key if configured; else, on an open server, the client's key
+    (and whether it is the client's)."""
     if state.config.upstream_api_key is not None or state.config.api_key is not None:
-        return state.config.upstream_api_key
+        return state.config.upstream_api_key, False
     offered = client_keys(request.headers)
-    return offered[0] if offered else None
+    return (offered[0], True) if offered else (None, False)
 
 
 async def _events(
@@ -390,19 +423,28 @@ async def _events(
 
 
 async def _stream_body(
+    state: ServerState,
     frames: StreamFrames,
     events: AsyncGenerator[list[Event], None],
     outcome: _Outcome,
     record: RequestRecord,
 ) -> AsyncIterator[str]:
-    """The SSE body: frames as events arrive; an error event if the upstream fails."""
+    """The SSE body: frames as events arrive; an error event if the upstream fails or the
+    server stops before the stream ends."""
+    scope = state.open_stream_scope()
     try:
         yield "".join(frames.start())
-        async with aclosing(events) as batches:
-            async for batch in batches:
-                written = "".join(frames.feed(batch))  # one write per upstream chunk
-                if written:
-                    yield written
+        with scope:
+            async with aclosing(events) as batches:
+                async for batch in batches:
+                    written = "".join(frames.feed(batch))  # one write per upstream chunk
+                    if written:
+                        yield written
+        if scope.cancelled_caught:
+            err = ApiError.for_status(503, "the server is shutting down; the answer was cut off")
+            record.fail("shutdown", err.message)
+            yield "".join(frames.fail(err, record.id))
+            return
         yield "".join(frames.finish(outcome.usage, outcome.stop_sequence))
         record.diagnostics = _kinds(frames.diagnostics)
     except UpstreamError as exc:
@@ -417,6 +459,8 @@ async def _stream_body(
         err = ApiError.for_status(500, f"internal error: {type(exc).__name__}")
         record.fail(err.type, str(exc))
         yield "".join(frames.fail(err, record.id))
+    finally:
+        state.close_stream_scope(scope)
 
 
 async def _finish_upstream(upstream: _Upstream, record: RequestRecord) -> None:

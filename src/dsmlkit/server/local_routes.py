@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
+import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
 from dsmlkit.api import call_id_factory, parse_options
-from dsmlkit.api.common import Api
+from dsmlkit.api.common import Api, ParseOptions
 from dsmlkit.dialects import BOS
 from dsmlkit.errors import InvalidRequest
-from dsmlkit.parse import MessageCollector
+from dsmlkit.parse import MessageCollector, ParsedMessage
+from dsmlkit.render.tokens import PromptTokenizer
 from dsmlkit.server.apis import build_response, new_response_id
-from dsmlkit.server.prepare import prepare
+from dsmlkit.server.jsonbody import decode_body
+from dsmlkit.server.prepare import model_of, prepare, prompt_length
 from dsmlkit.server.state import record_of, state_of
 
 router = APIRouter()
@@ -24,13 +26,16 @@ router = APIRouter()
 _COUNT_TOKENS_MAX_TOKENS = 1
 
 
+#: Bodies at least this large are decoded in a worker thread (off the event loop).
+_THREADED_BODY_BYTES = 256 * 1024
+
+
 async def read_json(request: Request) -> Any:
-    """The request body as JSON; a 400 when it is not JSON."""
+    """The request body as strict JSON (see :mod:`.jsonbody`); a 400 when it is not."""
     raw = await request.body()
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+    if len(raw) < _THREADED_BODY_BYTES:
+        return decode_body(raw)
+    return await anyio.to_thread.run_sync(decode_body, raw)
 
 
 def _object(body: Any) -> dict[str, Any]:
@@ -39,21 +44,53 @@ def _object(body: Any) -> dict[str, Any]:
     return body
 
 
-@router.get("/health")
+@router.api_route("/health", methods=["GET", "HEAD"])
 async def health() -> dict[str, str]:
+    """Alive: the process answers (no upstream is asked)."""
     return {"status": "ok"}
+
+
+@router.api_route("/ready", methods=["GET", "HEAD"])
+async def ready(request: Request) -> JSONResponse:
+    """Each model's engine read now: 200 when every one answers as configured, else 503."""
+    state = state_of(request)
+    await state.read_engines()
+    models = {}
+    for model in state.models:
+        problems = model.problems()
+        facts = model.engine.facts
+        models[model.name] = {
+            "ready": not problems,
+            "upstream": model.config.upstream_endpoint,
+            "engine_model": model.engine_model,
+            "max_model_len": model.max_model_len,
+            "served": list(facts.served) if facts is not None else None,
+            "prompts": model.plan.summary,
+            "problems": problems,
+        }
+    ok = all(entry["ready"] for entry in models.values())
+    return JSONResponse(
+        {"status": "ready" if ok else "not ready", "models": models},
+        status_code=200 if ok else 503,
+    )
 
 
 @router.get("/v1/models")
 async def models(request: Request) -> dict[str, Any]:
     state = state_of(request)
-    model = {
-        "id": state.config.served_model,
-        "object": "model",
-        "created": state.started,
-        "owned_by": "dsmlkit",
-    }
-    return {"object": "list", "data": [model]}
+    cards = [
+        {
+            "id": name,
+            "object": "model",
+            "created": state.started,
+            "owned_by": "dsmlkit",
+            "root": model.engine_model or model.name,
+            "max_model_len": model.max_model_len,
+        }
+        for model in state.models
+        for name in model.config.names
+    ]
+    return {"object": "list", "data": cards}
 
 
 @router.get("/metrics")
@@ -80,30 +117,30 @@ async def render_responses(request: Request) -> JSONResponse:
 
 async def _render(request: Request, api: Api) -> dict[str, Any]:
     """vLLM's render response (``request_id``, ``token_ids``, ``sampling_params``, ``model``,
-    ``stream``) plus the prompt text and what dsmlkit knows about it."""
+    ``stream``) plus the prompt text (exactly as it goes upstream) and what dsmlkit knows
+    about it."""
     state = state_of(request)
-    prepared = prepare(state, api, await read_json(request))
-    req, result = prepared.req, prepared.result
+    body = await read_json(request)
+    prepared = await anyio.to_thread.run_sync(prepare, state, api, body)
+    req, result, model = prepared.req, prepared.result, prepared.model
     record = record_of(request)
-    record.model = req.model
-    notes = list(result.notes)
+    record.model = model.name
+    notes = prepared.notes
     betas = request.headers.get("anthropic-beta")
     if api == "anthropic" and betas:
         notes.append(f"anthropic-beta ({betas}): accepted; changes nothing in the prompt")
-    if prepared.token_ids is None:
-        notes.append(f"token_ids is null: no tokenizer is loaded ({state.tokenizer_description})")
-    else:
+    if prepared.token_ids is not None:
         record.prompt_tokens = len(prepared.token_ids)
     return {
         "request_id": new_response_id(api),
         "model": req.model,
-        "prompt": result.prompt,
+        "prompt": prepared.encoded.text,
         "token_ids": prepared.token_ids,
         "output_starts_in": result.output_starts_in,
         "dialect": result.dialect,
         "sampling_params": prepared.sampling_params(),
         "stream": req.stream,
-        "tokenizer": state.tokenizer.name if state.tokenizer is not None else None,
+        "tokenizer": model.tokenizer.name if model.tokenizer is not None else None,
         "notes": notes,
     }
 
@@ -113,46 +150,77 @@ async def tokenize(request: Request) -> JSONResponse:
     """vLLM's tokenize: ``{"prompt"}`` (added tokens matched, BOS first unless
     ``add_special_tokens`` is false) or a chat body (``{"messages", …}``, rendered)."""
     state = state_of(request)
-    tokenizer = state.require_tokenizer()
     body = _object(await read_json(request))
+    model = model_of(state, body)
+    tokenizer = model.require_tokenizer()
     if "messages" in body:
-        chat_body = {"model": state.config.served_model, **body}
-        ids = prepare(state, "openai", chat_body).token_ids or []
+        chat_body = {"model": model.name, **body}
+        prepared = await anyio.to_thread.run_sync(prepare, state, "openai", chat_body)
+        ids = prepared.token_ids
+        if ids is None:
+            raise InvalidRequest(
+                "this prompt has no token ids here: " + "; ".join(prepared.encoded.notes),
+                "messages",
+            )
     elif isinstance(body.get("prompt"), str):
-        ids = tokenizer.encode_text(body["prompt"], special=True)
-        bos = tokenizer.token_id(BOS)
-        if body.get("add_special_tokens", True) and bos is not None and ids[:1] != [bos]:
-            ids.insert(0, bos)
+        ids = await anyio.to_thread.run_sync(_encode_prompt_text, tokenizer, body)
     else:
         raise InvalidRequest("give either a string prompt or chat messages", "prompt")
-    response: dict[str, Any] = {"count": len(ids), "max_model_len": None, "tokens": ids}
+    response: dict[str, Any] = {
+        "count": len(ids),
+        "max_model_len": model.max_model_len,
+        "tokens": ids,
+    }
     if body.get("return_token_strs"):
         response["token_strs"] = [tokenizer.decode([token]) for token in ids]
     return JSONResponse(response)
 
 
+def _encode_prompt_text(tokenizer: PromptTokenizer, body: dict[str, Any]) -> list[int]:
+    ids = tokenizer.encode_text(body["prompt"], special=True)
+    bos = tokenizer.token_id(BOS)
+    if body.get("add_special_tokens", True) and bos is not None and ids[:1] != [bos]:
+        ids.insert(0, bos)
+    return ids
+
+
 @router.post("/detokenize")
 async def detokenize(request: Request) -> dict[str, str]:
-    tokenizer = state_of(request).require_tokenizer()
-    tokens = _object(await read_json(request)).get("tokens")
+    state = state_of(request)
+    body = _object(await read_json(request))
+    tokenizer = model_of(state, body).require_tokenizer()
+    tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(
         isinstance(token, int) and not isinstance(token, bool) and token >= 0 for token in tokens
     ):
         raise InvalidRequest("must be a list of token ids (integers)", "tokens")
-    try:
-        return {"prompt": tokenizer.decode(tokens)}
-    except Exception as exc:  # the Rust side reports ids out of range as a plain Exception
-        raise InvalidRequest(f"cannot decode these ids: {exc}", "tokens") from None
+    size = tokenizer.vocab_size
+    for index, token in enumerate(tokens):
+        if token >= size:
+            raise InvalidRequest(
+                f"token id {token} is not in the tokenizer (its ids are 0 to {size - 1})",
+                f"tokens[{index}]",
+            )
+    return {"prompt": tokenizer.decode(tokens)}
 
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(request: Request) -> JSONResponse:
+    """The prompt's length: its ids, else the engine's count of the text prompt, else the
+    loaded tokenizer's count of the text (approximate when it lacks a template token)."""
     state = state_of(request)
-    state.require_tokenizer()
     body = _object(await read_json(request))
-    prepared = prepare(state, "anthropic", {"max_tokens": _COUNT_TOKENS_MAX_TOKENS, **body})
-    assert prepared.token_ids is not None  # a tokenizer is loaded
-    count = len(prepared.token_ids)
+    model = model_of(state, body)
+    facts = model.engine.facts
+    if model.tokenizer is None and (facts is None or facts.token_ids is None):
+        model.require_tokenizer()  # the 501
+    full = {"max_tokens": _COUNT_TOKENS_MAX_TOKENS, **body}
+    prepared = await anyio.to_thread.run_sync(prepare, state, "anthropic", full)
+    count = await prompt_length(state, prepared, state.upstream_key)
+    if count is None:
+        tokenizer = model.require_tokenizer()
+        text = prepared.encoded.text
+        count = len(await anyio.to_thread.run_sync(tokenizer.encode_text, text, True))
     record_of(request).prompt_tokens = count
     usage = {"input_tokens": count, "context_management": {"original_input_tokens": count}}
     return JSONResponse(usage)
@@ -176,22 +244,20 @@ async def parse_output(request: Request) -> JSONResponse:
     api = _choice(body, "api", ("openai", "anthropic"), "openai")
     start_in = _choice(body, "start_in", ("content", "reasoning"), "content")
     finish = _choice(body, "finish_reason", ("stop", "length"), "stop")
-    dialect = body.get("dialect") or state.config.dialect
+    default = model_of(state, body)
+    dialect = body.get("dialect") or default.dialect
     if not isinstance(dialect, str):
-        raise InvalidRequest("must be a dialect name", "dialect")
-    model = body.get("model") or state.config.served_model
+        raise InvalidRequest("must be a dialect name (a string)", "dialect")
+    model = body.get("model") or default.name
     if not isinstance(model, str):
         raise InvalidRequest("must be a string", "model")
     options = parse_options(api, body.get("tools"), dialect=dialect)
     record = record_of(request)
     record.model = model
-    parser = options.parser(start_in, call_id_factory(api))
-    collector = MessageCollector()
     started = time.perf_counter()
-    collector.add(parser.feed(text) + parser.close(finish))
+    msg = await anyio.to_thread.run_sync(_parse_text, options, api, start_in, text, finish)
     record.parse_seconds = time.perf_counter() - started
     record.parsed = True
-    msg = collector.message()
     diagnostics = msg.diagnostics  # no tool_choice to check: the text is all there is
     record.diagnostics.update(d.kind for d in diagnostics)
     record.finish_reason = msg.finish_reason
@@ -208,6 +274,15 @@ async def parse_output(request: Request) -> JSONResponse:
         {"kind": d.kind, "message": d.message, "text": d.text} for d in diagnostics
     ]
     return JSONResponse(response)
+
+
+def _parse_text(
+    options: ParseOptions, api: Api, start_in: Any, text: str, finish: str
+) -> ParsedMessage:
+    parser = options.parser(start_in, call_id_factory(api))
+    collector = MessageCollector()
+    collector.add(parser.feed(text) + parser.close(finish))
+    return collector.message()
 
 
 def _choice(body: dict[str, Any], name: str, allowed: tuple[str, ...], default: str) -> Any:

@@ -12,7 +12,8 @@ from typing import Any
 from dsmlkit.api import ChatRequest, parse_request
 from dsmlkit.api.common import Api
 from dsmlkit.render import RenderResult, render_conversation
-from dsmlkit.server.state import ServerState
+from dsmlkit.server.engine import Encoded
+from dsmlkit.server.state import ServedModel, ServerState
 
 #: Keeps DSML intact in vLLM-style engines: the ｜DSML｜ marker and <think> tokens are special
 #: tokens, which these engines otherwise drop or space out when detokenizing.
@@ -21,33 +22,73 @@ KEEP_SPECIAL_TOKENS = {"skip_special_tokens": False, "spaces_between_special_tok
 
 @dataclass(frozen=True)
 class Prepared:
-    """A validated request, its rendered prompt and (with a tokenizer) the prompt's ids."""
+    """A validated request, its rendered prompt and what goes upstream (ids or text)."""
 
+    model: ServedModel
     req: ChatRequest
     result: RenderResult
-    token_ids: list[int] | None
+    encoded: Encoded
 
-    def sampling_params(self) -> dict[str, Any]:
+    @property
+    def token_ids(self) -> list[int] | None:
+        return self.encoded.token_ids
+
+    @property
+    def notes(self) -> list[str]:
+        return [*self.result.notes, *self.encoded.notes]
+
+    def sampling_params(self, prompt_tokens: int | None = None) -> dict[str, Any]:
         """Sampling parameters for an OpenAI ``/v1/completions`` engine.
 
-        The resolved ``max_tokens`` (always: an engine's own default may be as low as 16),
-        the client's own parameters, its stop strings followed by the template's (EOS), and
-        the flags that keep special tokens in the output text.
+        The resolved ``max_tokens`` (always: an engine's own default may be as low as 16;
+        capped by what the engine's context leaves after the prompt, ``prompt_tokens`` long,
+        when both are known), the client's own parameters, its stop strings followed by the
+        template's (EOS), and the flags that keep special tokens in the output text.
         """
         stop = list(self.req.stop_sequences)
         stop += [text for text in self.result.stop if text not in stop]
-        prompt_tokens = len(self.token_ids) if self.token_ids is not None else None
+        if prompt_tokens is None and self.token_ids is not None:
+            prompt_tokens = len(self.token_ids)
+        max_model_len = self.model.max_model_len if prompt_tokens is not None else None
         return {
-            "max_tokens": self.req.resolved_max_tokens(prompt_tokens),
+            "max_tokens": self.req.resolved_max_tokens(prompt_tokens, max_model_len),
             **self.req.sampling,
             "stop": stop,
             **KEEP_SPECIAL_TOKENS,
         }
 
 
+def model_of(state: ServerState, body: Any) -> ServedModel:
+    """The served model a request body names (see :meth:`ServerState.model_for`)."""
+    return state.model_for(body.get("model") if isinstance(body, dict) else None)
+
+
 def prepare(state: ServerState, api: Api, body: Any) -> Prepared:
-    """Read, render and tokenize one request body; caller mistakes raise at once."""
-    req = parse_request(api, body, dialect=state.config.dialect, seal_key=state.seal_key)
+    """Read, render and encode one request body; caller mistakes raise at once.
+
+    CPU-bound: routes run it in a worker thread.
+    """
+    model = model_of(state, body)
+    req = parse_request(api, body, dialect=model.dialect, seal_key=state.seal_key)
     result = render_conversation(req.conversation, req.render)
-    token_ids = state.tokenizer.encode_prompt(result) if state.tokenizer is not None else None
-    return Prepared(req, result, token_ids)
+    return Prepared(model, req, result, model.plan.encode(result))
+
+
+async def prompt_length(state: ServerState, prepared: Prepared, key: str | None) -> int | None:
+    """The prompt's length in tokens: its ids, else the engine's ``/tokenize`` count of the
+    text (when the engine has one), else unknown."""
+    if prepared.token_ids is not None:
+        return len(prepared.token_ids)
+    model = prepared.model
+    facts = model.engine.facts
+    root = model.config.upstream_root
+    if facts is None or facts.token_ids is None or root is None:
+        return None
+    body = {
+        "model": model.engine_model,
+        "prompt": prepared.encoded.text,
+        "add_special_tokens": False,
+    }
+    answer = await state.upstream().get_json(root + "/tokenize", key, body)
+    count = answer.get("count") if isinstance(answer, dict) else None
+    return count if isinstance(count, int) else None

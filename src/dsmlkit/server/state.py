@@ -1,23 +1,30 @@
-"""What every route shares: the settings, the tokenizer, the metrics, the upstream client."""
+"""What every route shares: the settings, the served models, the metrics, the upstream client."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+import anyio
 import httpx
 from starlette.requests import Request
 
-from dsmlkit.errors import ApiError
+from dsmlkit.errors import ApiError, InvalidRequest, UpstreamError
 from dsmlkit.render.tokens import PromptTokenizer, TokenizerNotInstalled, load_tokenizer
-from dsmlkit.server.config import NO_TOKENIZER, ServerConfig
+from dsmlkit.server.config import NO_TOKENIZER, ModelConfig, ServerConfig
+from dsmlkit.server.engine import EngineStatus, TokenPlan, read_engine
 from dsmlkit.server.metrics import Metrics
 from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
 from dsmlkit.server.reqlog import RequestRecord
 from dsmlkit.server.state_store import open_store
 from dsmlkit.server.upstream import UpstreamClient
+
+LOGGER = logging.getLogger("dsmlkit.server")
 
 
 def load_prompt_tokenizer(setting: str | None) -> tuple[PromptTokenizer | None, str]:
@@ -27,57 +34,51 @@ def load_prompt_tokenizer(setting: str | None) -> tuple[PromptTokenizer | None, 
     else none (token ids are then omitted); an explicit path that fails raises.
     """
     if setting == NO_TOKENIZER:
-        return None, "none (--tokenizer none): token ids are omitted, prompts go upstream as text"
+        return None, "--tokenizer none"
     try:
         tokenizer = load_tokenizer(setting)
     except TokenizerNotInstalled as exc:
         if setting is not None:
             raise
-        return None, f"none ({exc}): token ids are omitted, prompts go upstream as text"
+        return None, str(exc)
     return tokenizer, f"{tokenizer.name} ({tokenizer.source})"
 
 
 @dataclass
-class ServerState:
-    """Shared by all requests of one app (lives in ``app.state.dsmlkit``)."""
+class ServedModel:
+    """One model as the routes use it: its settings, tokenizer and what its engine said."""
 
-    config: ServerConfig
+    config: ModelConfig
     tokenizer: PromptTokenizer | None
     tokenizer_description: str
-    upstream_transport: httpx.AsyncBaseTransport | None = None
-    metrics: Metrics = field(default_factory=Metrics)
-    started: int = field(default_factory=lambda: int(time.time()))
-    _upstream: UpstreamClient | None = None
-    #: The reasoning round trip, on the ``--state`` store (opened with the state).
-    reasoning: ReasoningMemory = field(init=False)
-
-    #: Seals the reasoning of Responses answers (``encrypted_content``): the same server
-    #: secret that signs Anthropic thinking blocks.
-    seal_key: bytes = field(init=False)
+    engine: EngineStatus = field(default_factory=EngineStatus)
+    plan: TokenPlan = field(init=False)
 
     def __post_init__(self) -> None:
-        store = open_store(self.config.state)
-        secret = self.config.state_secret or secrets.token_hex(32)
-        self.reasoning = ReasoningMemory(store, ThinkingSigner(secret))
-        self.seal_key = secret.encode()
+        self.plan = TokenPlan.decide(self.tokenizer, self.tokenizer_description, None)
 
-    def upstream(self) -> UpstreamClient:
-        """The upstream client (made on first use); a 404 when no upstream is configured."""
-        endpoint = self.config.upstream_endpoint
-        if endpoint is None:
-            raise ApiError.for_status(
-                404,
-                "this server has no upstream engine, so it only renders, tokenizes and "
-                "parses; start it with --upstream URL to serve completions",
-            )
-        if self._upstream is None:
-            self._upstream = UpstreamClient(
-                endpoint,
-                read_timeout=self.config.upstream_timeout,
-                connect_timeout=self.config.connect_timeout,
-                transport=self.upstream_transport,
-            )
-        return self._upstream
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def dialect(self) -> str:
+        return self.config.dialect
+
+    @property
+    def engine_model(self) -> str | None:
+        """The name sent upstream as ``model`` (None: chat mode forwards the client's)."""
+        if self.config.upstream_model is not None:
+            return self.config.upstream_model
+        facts = self.engine.facts
+        if self.config.upstream_api == "completions":
+            return facts.served[0] if facts is not None and facts.served else self.name
+        return None
+
+    @property
+    def max_model_len(self) -> int | None:
+        facts = self.engine.facts
+        return facts.max_model_len if facts is not None else None
 
     def require_tokenizer(self) -> PromptTokenizer:
         """The loaded tokenizer; a 501 saying how to get one when there is none."""
@@ -88,6 +89,146 @@ class ServerState:
                 "tokenizer or start the server with --tokenizer PATH",
             )
         return self.tokenizer
+
+    def name_mismatch(self) -> str | None:
+        """Why the engine, as last read, does not serve the configured name (None: it does
+        or it was not read)."""
+        facts, wanted = self.engine.facts, self.config.upstream_model
+        if facts is None or wanted is None or wanted in facts.served:
+            return None
+        return (
+            f"the engine serves {', '.join(facts.served) or 'no model'}, not {wanted!r}: "
+            "set upstream_model (--model) to the engine's --served-model-name"
+        )
+
+    def problems(self) -> list[str]:
+        """What is wrong with the engine as last read (empty: ready)."""
+        if self.config.upstream is None:
+            return []
+        if self.engine.error is not None:
+            return [self.engine.error]
+        if self.engine.facts is None:
+            return ["the engine has not been read yet"]
+        mismatch = self.name_mismatch()
+        return [mismatch] if mismatch else []
+
+
+@dataclass(eq=False)
+class ServerState:
+    """Shared by all requests of one app (lives in ``app.state.dsmlkit``)."""
+
+    config: ServerConfig
+    models: list[ServedModel]
+    upstream_transport: httpx.AsyncBaseTransport | None = None
+    metrics: Metrics = field(default_factory=Metrics)
+    started: int = field(default_factory=lambda: int(time.time()))
+    draining: bool = False
+    _streams: set[anyio.CancelScope] = field(default_factory=set)
+    _upstream: UpstreamClient | None = None
+    #: The reasoning round trip, on the ``--state`` store (opened with the state).
+    reasoning: ReasoningMemory = field(init=False)
+    #: Seals the reasoning of Responses answers (``encrypted_content``): the same server
+    #: secret that signs Anthropic thinking blocks.
+    seal_key: bytes = field(init=False)
+
+    def __post_init__(self) -> None:
+        store = open_store(self.config.state)
+        secret = self.config.state_secret or secrets.token_hex(32)
+        self.reasoning = ReasoningMemory(store, ThinkingSigner(secret))
+        self.seal_key = secret.encode()
+
+    @classmethod
+    def load(
+        cls, config: ServerConfig, transport: httpx.AsyncBaseTransport | None = None
+    ) -> ServerState:
+        """Load every model's tokenizer (a bad ``tokenizer`` setting raises here)."""
+        models = [
+            ServedModel(model, *load_prompt_tokenizer(model.tokenizer))
+            for model in config.model_configs
+        ]
+        return cls(config, models, transport)
+
+    @property
+    def default(self) -> ServedModel:
+        return self.models[0]
+
+    def model_for(self, name: Any) -> ServedModel:
+        """The model a request names; with a model list, an unknown name is a 404."""
+        if not self.config.strict_routing:
+            return self.default
+        for model in self.models:
+            if isinstance(name, str) and name in model.config.names:
+                return model
+        listed = ", ".join(n for m in self.models for n in m.config.names)
+        raise InvalidRequest(
+            f"the model {name!r} is not served here; use one of: {listed}", "model", status=404
+        )
+
+    def upstream(self) -> UpstreamClient:
+        """The upstream client (made on first use)."""
+        if self._upstream is None:
+            self._upstream = UpstreamClient(
+                read_timeout=self.config.upstream_timeout,
+                connect_timeout=self.config.connect_timeout,
+                deadline=self.config.upstream_deadline,
+                transport=self.upstream_transport,
+            )
+        return self._upstream
+
+    def endpoint(self, model: ServedModel) -> str:
+        """Where ``model``'s completions go; a 404 when it has no upstream."""
+        endpoint = model.config.upstream_endpoint
+        if endpoint is None:
+            raise ApiError.for_status(
+                404,
+                "this server has no upstream engine, so it only renders, tokenizes and "
+                "parses; start it with --upstream URL to serve completions",
+            )
+        return endpoint
+
+    async def read_engines(self) -> None:
+        """Read every model's engine (concurrently) and update what it agrees with."""
+        async with anyio.create_task_group() as group:
+            for model in self.models:
+                if model.config.upstream is not None:
+                    group.start_soon(self._read_engine, model)
+
+    async def _read_engine(self, model: ServedModel) -> None:
+        try:
+            facts = await read_engine(
+                self.upstream(), model.config, model.config.upstream_model, self.upstream_key
+            )
+        except UpstreamError as exc:
+            model.engine = EngineStatus(model.engine.facts, exc.message)
+            LOGGER.warning("model %s: engine not read: %s", model.name, exc.message)
+            return
+        model.engine = EngineStatus(facts, None)
+        model.plan = TokenPlan.decide(model.tokenizer, model.tokenizer_description, facts)
+
+    @property
+    def upstream_key(self) -> str | None:
+        """The key the gateway itself sends upstream (probes, and requests when set)."""
+        return self.config.upstream_api_key
+
+    def open_stream_scope(self) -> anyio.CancelScope:
+        """A scope for one streamed response; :meth:`drain` cancels it. Pair with
+        :meth:`close_stream_scope`."""
+        scope = anyio.CancelScope()
+        self._streams.add(scope)
+        return scope
+
+    def close_stream_scope(self, scope: anyio.CancelScope) -> None:
+        self._streams.discard(scope)
+
+    def drain(self) -> None:
+        """The server is stopping: after the grace period, end every stream still open
+        (each then sends an error event). Call in the event loop's thread."""
+        self.draining = True
+        asyncio.get_running_loop().call_later(self.config.shutdown_grace, self._end_streams)
+
+    def _end_streams(self) -> None:
+        for scope in list(self._streams):
+            scope.cancel()
 
     async def aclose(self) -> None:
         if self._upstream is not None:

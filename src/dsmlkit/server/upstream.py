@@ -49,12 +49,14 @@ class UpstreamStream:
     """An open upstream response: iterate its JSON chunks, then (always) :meth:`aclose`.
 
     Iteration ends at ``data: [DONE]`` or at the end of the body; ``seconds`` is the time
-    from sending the request to the end of the stream (or to now, while it runs).
+    from sending the request to the end of the stream (or to now, while it runs). Past
+    ``deadline`` (a :func:`time.monotonic` time) the stream fails as a timeout.
     """
 
-    def __init__(self, response: httpx.Response, sent_at: float) -> None:
+    def __init__(self, response: httpx.Response, sent_at: float, deadline: float) -> None:
         self._response = response
         self._sent_at = sent_at
+        self._deadline = deadline
         self._ended_at: float | None = None
 
     @property
@@ -65,7 +67,7 @@ class UpstreamStream:
         """The ``data:`` payloads, decoded; upstream ``{"error": …}`` payloads raise."""
         data: list[str] = []
         try:
-            async for line in self._response.aiter_lines():
+            async for line in self._lines():
                 if line.startswith("data:"):
                     data.append(line[5:].removeprefix(" "))
                     continue
@@ -81,10 +83,27 @@ class UpstreamStream:
                     yield _decode_chunk(payload)
         except httpx.TimeoutException as exc:
             raise UpstreamError("timeout", "the upstream stopped sending (read timeout)") from exc
+        except httpx.DecodingError as exc:
+            raise UpstreamError("malformed", f"the upstream body cannot be decoded: {exc}") from exc
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
             raise UpstreamError("broken", f"the upstream stream broke off: {exc}") from exc
         finally:
             self._ended_at = time.perf_counter()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        """The body's lines, each awaited no later than the deadline."""
+        lines = self._response.aiter_lines()
+        while True:
+            with anyio.move_on_after(self._deadline - time.monotonic()) as scope:
+                try:
+                    line = await lines.__anext__()
+                except StopAsyncIteration:
+                    return
+            if scope.cancelled_caught:
+                raise UpstreamError(
+                    "timeout", "the upstream request ran past the gateway's deadline"
+                )
+            yield line
 
     async def aclose(self) -> None:
         """Close the response (also when the client went away: shielded from cancellation)."""
@@ -95,18 +114,35 @@ class UpstreamStream:
 def _decode_chunk(payload: str) -> dict[str, Any]:
     try:
         chunk = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise UpstreamError(
             "malformed", f"the upstream sent an SSE event that is not JSON: {payload[:200]!r}"
         ) from None
     if not isinstance(chunk, dict):
         raise UpstreamError("malformed", f"the upstream sent a non-object chunk: {payload[:200]!r}")
     if "error" in chunk:
+        status = _status_of(chunk["error"])
         raise UpstreamError(
-            "status",
-            "the upstream reported an error mid-stream: "
+            "reported",
+            "the upstream reported an error mid-stream"
+            + (f" ({status})" if status else "")
+            + ": "
             + (_message_in(chunk) or json.dumps(chunk)[:500]),
-            status=_status_of(chunk["error"]),
+            status=status,
+        )
+    choices = chunk.get("choices")
+    if choices is not None and not (
+        isinstance(choices, list) and all(isinstance(c, dict) for c in choices)
+    ):
+        raise UpstreamError(
+            "malformed",
+            f"the upstream sent a chunk whose choices is not a list of objects: {payload[:200]!r}",
+        )
+    usage = chunk.get("usage")
+    if usage is not None and not isinstance(usage, dict):
+        raise UpstreamError(
+            "malformed",
+            f"the upstream sent a chunk whose usage is not an object: {payload[:200]!r}",
         )
     return chunk
 
@@ -117,32 +153,48 @@ def _status_of(error: Any) -> int | None:
 
 
 class UpstreamClient:
-    """A pooled client bound to one endpoint chosen by the operator."""
+    """The gateway's pooled HTTP client; endpoints are chosen by the operator, never by a
+    request."""
 
     def __init__(
         self,
-        endpoint: str,
         *,
         read_timeout: float,
         connect_timeout: float,
+        deadline: float,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.endpoint = endpoint
         timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
         self._client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
+        self._deadline = deadline
+        self._connect_timeout = connect_timeout
 
-    async def open_stream(self, body: dict[str, Any], api_key: str | None) -> UpstreamStream:
-        """Send ``body`` and wait for the response headers; a 4xx/5xx raises at once."""
+    async def open_stream(
+        self,
+        endpoint: str,
+        body: dict[str, Any],
+        api_key: str | None,
+        *,
+        clients_key: bool = False,
+    ) -> UpstreamStream:
+        """Send ``body`` and wait for the response headers; a 4xx/5xx raises at once.
+
+        ``clients_key`` says ``api_key`` is the client's own (forwarded): an upstream 401 or
+        403 is then the client's problem, else the gateway's (kind ``auth``).
+        """
         headers = {"accept": "text/event-stream"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
-        request = self._client.build_request("POST", self.endpoint, json=body, headers=headers)
+        request = self._client.build_request("POST", endpoint, json=body, headers=headers)
         sent_at = time.perf_counter()
+        deadline = time.monotonic() + self._deadline
         try:
             response = await self._client.send(request, stream=True)
         except httpx.TimeoutException as exc:
             raise UpstreamError("timeout", f"the upstream did not answer in time: {exc}") from exc
+        except httpx.DecodingError as exc:
+            raise UpstreamError("malformed", f"the upstream body cannot be decoded: {exc}") from exc
         except httpx.HTTPError as exc:
             raise UpstreamError("connect", f"cannot reach the upstream: {exc}") from exc
         if response.status_code >= 400:
@@ -150,11 +202,13 @@ class UpstreamClient:
                 body_bytes = await _read_limited(response)
             finally:
                 await response.aclose()
-            raise UpstreamError(
-                "status",
-                f"the upstream answered {response.status_code}: {error_message(body_bytes)}",
-                status=response.status_code,
-            )
+            status = response.status_code
+            said = f"the upstream answered {status}: {error_message(body_bytes)}"
+            if status in (401, 403) and not clients_key:
+                raise UpstreamError(
+                    "auth", f"{said} (check the gateway's upstream key, DSMLKIT_UPSTREAM_API_KEY)"
+                )
+            raise UpstreamError("status", said, status=status)
         content_type = response.headers.get("content-type", "")
         if not content_type.startswith("text/event-stream"):
             await response.aclose()
@@ -162,7 +216,34 @@ class UpstreamClient:
                 "malformed",
                 f"the upstream answered {content_type or 'no content type'}, not an event stream",
             )
-        return UpstreamStream(response, sent_at)
+        return UpstreamStream(response, sent_at, deadline)
+
+    async def get_json(self, url: str, api_key: str | None, body: Any = None) -> Any:
+        """GET (or, with ``body``, POST) ``url`` and decode its JSON answer, within the
+        connect timeout; every failure raises :class:`UpstreamError`."""
+        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        try:
+            with anyio.fail_after(self._connect_timeout):
+                if body is None:
+                    response = await self._client.get(url, headers=headers)
+                else:
+                    response = await self._client.post(url, json=body, headers=headers)
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            raise UpstreamError("timeout", f"{url} did not answer in time") from exc
+        except httpx.DecodingError as exc:
+            raise UpstreamError("malformed", f"{url}: the body cannot be decoded: {exc}") from exc
+        except httpx.HTTPError as exc:
+            raise UpstreamError("connect", f"cannot reach {url}: {exc}") from exc
+        if response.status_code >= 400:
+            raise UpstreamError(
+                "status",
+                f"{url} answered {response.status_code}: {error_message(response.content)}",
+                status=response.status_code,
+            )
+        try:
+            return response.json()
+        except ValueError:
+            raise UpstreamError("malformed", f"{url} did not answer with JSON") from None
 
     async def aclose(self) -> None:
         await self._client.aclose()

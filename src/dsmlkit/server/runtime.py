@@ -1,0 +1,167 @@
+"""Running the app under uvicorn: JSON logs, the header timeout, workers and a clean stop.
+
+* every log line is one JSON object (:class:`JsonFormatter`; Python warnings included);
+* :class:`TimedH11Protocol` closes a connection whose request headers are not complete
+  within the header timeout (slowloris), on the first request and on every keep-alive one;
+* SIGINT / SIGTERM stop the server without a traceback: uvicorn stops accepting and lets
+  running requests finish; after the grace period the app ends every stream still open
+  with an error event (see :func:`dsmlkit.server.app.create_app`), before uvicorn's own
+  timeout (two seconds later) closes what is left;
+* ``--workers N`` runs N processes on one socket; each builds its app with
+  :func:`app_from_environment` from the settings the parent put in the environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import math
+import os
+import socket
+import sys
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from dsmlkit.server.app import create_app
+from dsmlkit.server.config import ModelConfig, ServerConfig
+from dsmlkit.server.reqlog import ACCESS_LOGGER
+
+#: The environment variable that carries the settings to ``--workers`` processes.
+CONFIG_ENV = "DSMLKIT_SERVE_SETTINGS"
+LOG_LEVEL_ENV = "DSMLKIT_LOG_LEVEL"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line. Request records (already JSON) pass as they are; a
+    message that is a JSON object keeps its fields, with the level and logger added."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.name == ACCESS_LOGGER.name:
+            return message
+        fields: dict[str, Any] = {"event": "log", "message": message}
+        if message.startswith("{"):
+            try:
+                parsed = json.loads(message)
+            except ValueError:
+                parsed = None
+            if isinstance(parsed, dict):
+                fields = parsed
+        fields.update(
+            time=round(record.created, 3), level=record.levelname.lower(), logger=record.name
+        )
+        if record.exc_info:
+            fields["exception"] = self.formatException(record.exc_info)
+        return json.dumps(fields, ensure_ascii=False)
+
+
+def configure_logging(level: str) -> None:
+    """Send every logger (dsmlkit, uvicorn, Python warnings) to stderr as JSON lines."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "dsmlkit.server"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = []
+        logger.propagate = True
+    logging.getLogger("dsmlkit.server.access").setLevel(logging.INFO)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request
+    logging.captureWarnings(True)
+
+
+class TimedH11Protocol(H11Protocol):
+    """uvicorn's h11 protocol, plus: request headers must arrive within a time limit."""
+
+    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self.header_timeout: float = getattr(config, "dsmlkit_header_timeout", 10.0)
+        self._header_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self._awaiting_headers():
+            self._arm()  # from the first byte of a request's headers, not from the last
+        super().data_received(data)
+        if not self._awaiting_headers():
+            self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _awaiting_headers(self) -> bool:
+        return self.cycle is None or self.cycle.response_complete
+
+    def _arm(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_timeout, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _too_slow(self) -> None:
+        self._header_timer = None
+        if self._awaiting_headers() and not self.transport.is_closing():
+            self.transport.close()
+
+
+def settings_to_environment(config: ServerConfig) -> str:
+    """``config`` as JSON for :data:`CONFIG_ENV`."""
+    return json.dumps(dataclasses.asdict(config))
+
+
+def app_from_environment() -> Any:
+    """The app of one ``--workers`` process, from :data:`CONFIG_ENV`."""
+    data = json.loads(os.environ[CONFIG_ENV])
+    configure_logging(os.environ.get(LOG_LEVEL_ENV, "info"))
+    models = tuple(
+        ModelConfig(**{**model, "aliases": tuple(model["aliases"])}) for model in data["models"]
+    )
+    return create_app(ServerConfig(**{**data, "models": models}))
+
+
+def serve(
+    app: Any,
+    sock: socket.socket,
+    *,
+    workers: int,
+    log_level: str,
+    header_timeout: float,
+) -> None:
+    """Serve ``app`` (or, with several workers, the import path of a factory) on ``sock``."""
+    config = uvicorn.Config(
+        app,
+        factory=isinstance(app, str),
+        http=TimedH11Protocol,
+        access_log=False,
+        log_config=None,
+        log_level=log_level,
+        workers=workers,
+        timeout_graceful_shutdown=math.ceil(_settings_grace(app)) + 2,
+        lifespan="on",
+    )
+    config.dsmlkit_header_timeout = header_timeout
+    if workers > 1:
+        from uvicorn.supervisors import Multiprocess
+
+        Multiprocess(config, sockets=[sock]).run()
+    else:
+        uvicorn.Server(config).run(sockets=[sock])
+
+
+def _settings_grace(app: Any) -> float:
+    if isinstance(app, str):
+        grace: float = json.loads(os.environ[CONFIG_ENV])["shutdown_grace"]
+        return grace
+    return float(app.state.dsmlkit.config.shutdown_grace)

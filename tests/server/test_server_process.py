@@ -1,0 +1,203 @@
+"""``dsmlkit serve`` as a real process: stop signals, timeouts, workers, a busy event loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx
+import pytest
+
+from dsmlkit.server import ServerConfig, create_app
+from tests.server.conftest import CLIENT_TIMEOUT
+from tests.server.fake_engine import FakeEngine, Reply
+from tests.server.loopback import serve_in_thread
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def _serve(*flags: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A running ``dsmlkit serve FLAGS`` and its URL; stopped (SIGTERM) on exit."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dsmlkit", "serve", "--port", str(port), *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "default"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            httpx.get(url + "/health", timeout=1)
+            break
+        except httpx.TransportError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise AssertionError(process.communicate()[1]) from None
+            time.sleep(0.1)
+    try:
+        yield process, url
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def _stopped(process: subprocess.Popen[str], sig: int | None) -> tuple[int, str, str]:
+    """Send ``sig`` (None: it was sent already) and wait for the process to end."""
+    if sig is not None:
+        process.send_signal(sig)
+    out, err = process.communicate(timeout=20)
+    return process.returncode, out, err
+
+
+def _response(sock: socket.socket) -> bytes:
+    """One whole HTTP response (headers and a content-length body) read from ``sock``."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(4096)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+    while len(body) < length:
+        body += sock.recv(4096)
+    return head + b"\r\n\r\n" + body
+
+
+def _all_json(lines: str) -> None:
+    for line in lines.splitlines():
+        assert json.loads(line), line
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_ends_open_streams_with_an_error_event(
+    engine_server: tuple[FakeEngine, str], engine: FakeEngine, v41_tokenizer: str, sig: int
+) -> None:
+    engine.push(Reply(text="Thinking slowly. " * 50, interval=0.2, chunk_size=1))
+    flags = ("--upstream", engine_server[1], "--tokenizer", v41_tokenizer, "--shutdown-grace", "1")
+    with _serve(*flags) as (process, url):
+        body = {
+            "model": "m",
+            "max_tokens": 500,
+            "stream": True,
+            "messages": [{"role": "user", "content": "go"}],
+        }
+        events: list[str] = []
+        with httpx.stream("POST", url + "/v1/messages", json=body, timeout=CLIENT_TIMEOUT) as r:
+            lines = r.iter_lines()
+            for line in lines:
+                events.append(line)
+                if "content_block_delta" in line:
+                    break
+            stopped_at = time.monotonic()
+            process.send_signal(sig)
+            events += list(lines)
+        ended_after = time.monotonic() - stopped_at
+        code, out, err = _stopped(process, None)
+    assert 0.8 < ended_after < 5, ended_after  # the grace period, then the error event
+    written = [line for line in events if line]
+    assert written[-2] == "event: error"
+    error = json.loads(written[-1].removeprefix("data: "))["error"]
+    assert "shutting down" in error["message"]
+    assert code == 0
+    assert "Traceback" not in err
+    _all_json(err)
+    assert "listening on" in out
+
+
+def test_partial_headers_are_closed_after_the_header_timeout() -> None:
+    with _serve("--tokenizer", "none", "--header-timeout", "0.5") as (_, url):
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as slow:
+            slow.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # never finished
+            slow.settimeout(5)
+            started = time.monotonic()
+            assert slow.recv(1024) == b""  # closed by the server
+            assert time.monotonic() - started < 3
+        with socket.create_connection(("127.0.0.1", port)) as kept:
+            kept.settimeout(5)
+            kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert _response(kept).startswith(b"HTTP/1.1 200")
+            kept.sendall(b"GET /health HTTP/1.1\r\n")  # the next request, cut short
+            assert kept.recv(1024) == b""
+        assert httpx.get(url + "/health").status_code == 200
+
+
+def test_a_slow_body_is_a_408() -> None:
+    with _serve("--tokenizer", "none", "--body-timeout", "0.5") as (_, url):
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as slow:
+            slow.settimeout(5)
+            slow.sendall(
+                b"POST /v1/parse HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                b'content-length: 100\r\n\r\n{"text":'
+            )
+            answer = _response(slow)
+        assert answer.startswith(b"HTTP/1.1 408")
+        assert b"did not arrive within 0.5 seconds" in answer
+
+
+def test_several_workers_serve_and_stop(engine_server: tuple[FakeEngine, str]) -> None:
+    with _serve("--tokenizer", "none", "--workers", "2", "--upstream", engine_server[1]) as (
+        process,
+        url,
+    ):
+        for _ in range(4):
+            assert httpx.get(url + "/health").json() == {"status": "ok"}
+        assert httpx.get(url + "/ready").status_code == 200
+        code, _, err = _stopped(process, signal.SIGTERM)
+    assert code == 0 and "Traceback" not in err
+    _all_json(err)
+
+
+def test_health_answers_while_a_30_mb_render_runs() -> None:
+    """Render runs in a worker thread: the event loop keeps answering."""
+    messages = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": "word " * 2000}
+        for i in range(3000)
+    ]
+    body = json.dumps({"model": "m", "messages": messages}).encode()
+    assert len(body) > 30_000_000
+    finished: list[float] = []
+    with serve_in_thread(create_app(ServerConfig(tokenizer="none"))) as url:
+
+        def render() -> None:
+            response = httpx.post(
+                url + "/v1/chat/completions/render",
+                content=body,
+                headers={"content-type": "application/json"},
+                timeout=120,
+            )
+            assert response.status_code == 200
+            finished.append(time.monotonic())
+
+        worker = threading.Thread(target=render)
+        worker.start()
+        with httpx.Client(base_url=url, timeout=30) as client:
+            time.sleep(0.5)  # the body is being read or rendered now
+            answered: list[float] = []
+            while not finished and len(answered) < 20:
+                assert client.get("/health").status_code == 200
+                answered.append(time.monotonic())
+                time.sleep(0.05)
+        worker.join(120)
+    assert finished, "the render did not finish"
+    assert len([t for t in answered if t < finished[0]]) >= 3  # answered during the render
