@@ -488,7 +488,11 @@ class _Writer:
 
     def _tool_result_body(self, message: Message) -> None:
         """References first, then the other parts, separated by blank lines."""
-        ordered = sorted(message.parts, key=lambda part: not isinstance(part, ToolReferencePart))
+        parts = message.parts
+        if len(parts) == 1:  # the usual result: one text
+            self._part(parts[0])
+            return
+        ordered = sorted(parts, key=lambda part: not isinstance(part, ToolReferencePart))
         self._joined(ordered, self._part)
 
     def _joined(self, items: Sequence[_ItemT], write: Callable[[_ItemT], None]) -> None:
@@ -628,6 +632,7 @@ def _merge_user_turns(conversation: Sequence[Message]) -> list[_UserTurn | Messa
     """V4-family user turns: tool messages and user messages merge, results sort by call."""
     turns: list[_UserTurn | Message] = []
     call_order: dict[str, int] = {}
+    to_sort: list[tuple[_UserTurn, dict[str, int]]] = []  # each turn once, with its call order
     for message in conversation:
         previous = turns[-1] if turns else None
         if message.role == "assistant":
@@ -647,8 +652,11 @@ def _merge_user_turns(conversation: Sequence[Message]) -> list[_UserTurn | Messa
             previous.task = message.task or previous.task
         else:
             turns.append(message)
-        if call_order and isinstance(turns[-1], _UserTurn):
-            _sort_results(turns[-1], call_order)
+        last = turns[-1]
+        if call_order and isinstance(last, _UserTurn) and not (to_sort and to_sort[-1][0] is last):
+            to_sort.append((last, call_order))
+    for turn, order in to_sort:  # once each: a stable sort, as if re-sorted at every result
+        _sort_results(turn, order)
     return turns
 
 
