@@ -22,6 +22,7 @@ import json
 import random
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -40,7 +41,13 @@ from dsmlkit.api import (
 from dsmlkit.dialects import get_dialect
 from dsmlkit.parse import MessageCollector, StartIn
 from dsmlkit.render import render, render_conversation
-from dsmlkit.render.tokens import MissingTokenWarning, SegmentCache, load_tokenizer
+from dsmlkit.render.tokens import (
+    MissingTokenWarning,
+    PromptTokenizer,
+    SegmentCache,
+    bundled_tokenizer_path,
+    load_tokenizer,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -330,10 +337,8 @@ results["render_prompt_chars"] = len(prompt)
 if job.get("tokenizer"):
     tokenizer = dr.Tokenizer.from_file(job["tokenizer"])
     with_tokens = encoding.with_tokenizer(tokenizer)
-    try:
-        results["tokenize"] = cpu(lambda: with_tokens.encode(converted.conversation))
-    except RuntimeError as error:  # the bundled V4 file lacks V4.1's <｜System｜>
-        results["tokenize_error"] = str(error)
+    results["tokenize"] = cpu(lambda: with_tokens.encode(converted.conversation))
+    results["tokenize_ids"] = with_tokens.encode(converted.conversation)
 print(json.dumps(results))
 """
 
@@ -389,15 +394,38 @@ def print_table(
         print(f"{label:<46}{ours * scale:12.3f}{theirs_text}{ratio(ours, theirs):>13}")
 
 
+def v41_tokenizer_file(folder: Path) -> Path:
+    """The bundled V4 ``tokenizer.json`` plus V4.1's ``<｜System｜>`` (id 129280), which the
+    V4 file lacks and deepseek-recipe refuses to encode without."""
+    spec = json.loads(bundled_tokenizer_path().read_text(encoding="utf-8"))
+    spec["added_tokens"].append(
+        {
+            "id": 129280,
+            "content": "<｜System｜>",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": False,
+        }
+    )
+    path = folder / "tokenizer.json"
+    path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    return path
+
+
 def tokenize_figures(
-    tools: list[dict[str, Any]], conversation: list[dict[str, Any]], repeats: int
-) -> list[tuple[str, float]]:
-    """Cold tokenization of the whole prompt vs the follow-up that extends the previous one.
+    tokenizer: PromptTokenizer,
+    tools: list[dict[str, Any]],
+    conversation: list[dict[str, Any]],
+    repeats: int,
+) -> tuple[list[tuple[str, float]], list[int]]:
+    """Cold tokenization of the whole prompt vs the follow-up that extends the previous one,
+    and the prompt's ids.
 
     The previous request is the conversation up to its last assistant turn; the follow-up
     adds that turn, its tool results and the final user message.
     """
-    tokenizer = load_tokenizer()
     last_turn = max(i for i, m in enumerate(conversation) if m["role"] == "assistant")
     previous = render(conversation[:last_turn], tools, dialect="v4.1", mode="thinking")
     follow = render(conversation, tools, dialect="v4.1", mode="thinking")
@@ -414,12 +442,12 @@ def tokenize_figures(
         warnings.simplefilter("ignore", MissingTokenWarning)
         cold = min(encode(None) for _ in range(repeats))
         follow_up = min(encode(previous) for _ in range(repeats))
-        count = len(tokenizer.encode_prompt(follow))
+        ids = tokenizer.encode_prompt(follow)
     tokenizer.cache = SegmentCache()
     return [
-        (f"tokenize cold ({count:,} tokens)", cold),
+        (f"tokenize cold ({len(ids):,} tokens)", cold),
         ("tokenize follow-up (previous + one turn)", follow_up),
-    ]
+    ], ids
 
 
 def measure_ours(
@@ -464,6 +492,9 @@ def main() -> None:
     tools = build_tools(rng)
     conversation = build_conversation(rng, tools)
     render_body = json.dumps({"model": MODEL, "messages": conversation, "tools": tools})
+    scratch = tempfile.TemporaryDirectory()
+    tokenizer_path = v41_tokenizer_file(Path(scratch.name))
+    tokenizer = load_tokenizer(tokenizer_path)
     job = {
         "repeats": args.repeats,
         "stream": [
@@ -483,7 +514,7 @@ def main() -> None:
             for case in wholes
         ],
         "render_body": render_body,
-        "tokenizer": load_tokenizer().source,
+        "tokenizer": str(tokenizer_path),
     }
     # Peer, ours, peer again, ours again: each side keeps its best (the machine is shared).
     peer: dict[str, Any] = run_peer(job) if args.peers else {}
@@ -516,16 +547,19 @@ def main() -> None:
     title = f"render, {len(conversation)} messages, {TURNS} turns, 60 tools ({chars:,} chars)"
     print_table(title, "ms", 1e3, rows)
 
-    token_rows = [
-        (label, s, None) for label, s in tokenize_figures(tools, conversation, args.repeats)
+    figures, ids = tokenize_figures(tokenizer, tools, conversation, args.repeats)
+    cold, follow = figures[0][1], figures[1][1]
+    render_once = ours["render"]["render (converted once)"]
+    token_rows: list[tuple[str, float, float | None]] = [
+        (label, seconds, None) for label, seconds in figures
     ]
-    print_table("tokenization, bundled V4 tokenizer", "ms", 1e3, token_rows)
-    if peer.get("tokenize_error"):
-        print(f"(deepseek-recipe cannot encode with this file: {peer['tokenize_error']})")
-    elif peer.get("tokenize"):
-        print(f"deepseek-recipe render + encode, cold: {peer['tokenize'] * 1e3:.3f} ms")
-    cold, follow = token_rows[0][1], token_rows[1][1]
+    token_rows.append(("render + tokenize, cold", render_once + cold, theirs("tokenize")))
+    token_rows.append(("render + tokenize, follow-up", render_once + follow, theirs("tokenize")))
+    print_table("tokenization, V4 tokenizer.json + <｜System｜>", "ms", 1e3, token_rows)
     print(f"follow-up / cold: {follow / cold:.1%} (target <= 10%)")
+    if peer:
+        same = "identical" if peer.get("tokenize_ids") == ids else "DIFFER"
+        print(f"token ids, dsmlkit vs deepseek-recipe: {same}")
 
 
 if __name__ == "__main__":
