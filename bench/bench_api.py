@@ -38,6 +38,8 @@ from dsmlkit.api import (
     parse_anthropic_request,
     parse_openai_request,
 )
+from dsmlkit.api.responses import ResponsesStream, parse_responses_request
+from dsmlkit.api.sse import sse_event
 from dsmlkit.dialects import get_dialect
 from dsmlkit.parse import MessageCollector, StartIn
 from dsmlkit.render import render, render_conversation
@@ -148,6 +150,15 @@ def messages_body(thinking: bool, stream: bool, tools: list[dict[str, Any]]) -> 
     return body
 
 
+def responses_body(stream: bool, tools: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "input": "Write the notes.",
+        "tools": [{"type": "function", **tool["function"]} for tool in tools],
+        "stream": stream,
+    }
+
+
 def cpu(action: Callable[[], object], repeats: int, loops: int = 1) -> float:
     """Best-of-``repeats`` CPU seconds of one ``action`` (averaged over ``loops`` calls)."""
     best = float("inf")
@@ -169,6 +180,7 @@ def stream_paths(case: dict[str, Any]) -> dict[str, Callable[[], object]]:
     tools = [WRITE_TOOL]
     chat = parse_openai_request(chat_body(case["thinking"], True, tools))
     messages = parse_anthropic_request(messages_body(case["thinking"], True, tools))
+    responses = parse_responses_request(responses_body(True, tools))
     usage = Usage(10, len(chunks))
 
     def parser_alone() -> object:
@@ -206,11 +218,21 @@ def stream_paths(case: dict[str, Any]) -> dict[str, Callable[[], object]]:
         out += stream.feed_sse(parser.close())
         return out + stream.finish_sse(usage)
 
+    def responses_sse() -> object:
+        parser = responses.new_parser(start_in)
+        stream = ResponsesStream(responses, id="resp_1", created_at=1)
+        out = [sse_event(event["type"], event) for event in stream.start()]
+        for chunk in chunks:
+            out += [sse_event(event["type"], event) for event in stream.feed(parser.feed(chunk))]
+        out += [sse_event(event["type"], event) for event in stream.feed(parser.close())]
+        return out + [sse_event(event["type"], event) for event in stream.finish(usage)]
+
     return {
         "parser alone": parser_alone,
         "parser + OpenAI chunk dicts": openai_dicts,
         "parser + OpenAI Chat SSE": openai_sse,
         "parser + Anthropic Messages SSE": anthropic_sse,
+        "parser + OpenAI Responses SSE": responses_sse,
     }
 
 
@@ -272,7 +294,8 @@ def cpu(action, loops=1):
     return best
 
 def processor(kind, body, thinking):
-    api = dr.ChatCompletionRequest if kind == "chat" else dr.MessagesRequest
+    api = {"chat": dr.ChatCompletionRequest, "messages": dr.MessagesRequest,
+           "responses": dr.ResponsesRequest}[kind]
     request = api(json.dumps(body))
     converted = request.convert(dr.ConversionOptions(default_thinking_mode=thinking))
     generator = api.chunk_generator(converted, "chatcmpl-1", body["model"])
@@ -317,6 +340,8 @@ for case in job["stream"]:
         cpu(lambda: run("chat", chat, chunks, True, thinking)) / len(chunks))
     row["parser + Anthropic Messages SSE"] = (
         cpu(lambda: run("messages", messages, chunks, True, thinking)) / len(chunks))
+    row["parser + OpenAI Responses SSE"] = (
+        cpu(lambda: run("responses", case["responses_body"], chunks, True, thinking)) / len(chunks))
 for case in job["whole"]:
     row = results["whole"][case["name"]] = {}
     chat, messages = case["chat_body"], case["messages_body"]
@@ -502,6 +527,7 @@ def main() -> None:
                 **case,
                 "chat_body": chat_body(case["thinking"], True, [WRITE_TOOL]),
                 "messages_body": messages_body(case["thinking"], True, [WRITE_TOOL]),
+                "responses_body": responses_body(True, [WRITE_TOOL]),
             }
             for case in streams
         ],
