@@ -95,8 +95,22 @@ def test_with_redis_down_the_gateway_answers_without_restoring_and_logs_it(
             redis.__exit__(None, None, None)
         prompt = follow_up(Gateway(gateway, engine), "openai", False, history("openai", call_id))
         assert REASONING not in prompt
+        ready = httpx.get(gateway + "/ready", timeout=5)
         time.sleep(0.2)  # the log line is written after the last byte
         stderr.seek(0)
         log = stderr.read()
     assert '"event": "state_store_unavailable"' in log
     assert '"state_error"' in log
+    # The store outage shows in /ready but does not take the replica out of rotation.
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["status"] == "ready"
+    state = ready.json()["state"]
+    assert state["ok"] is False
+    assert state["backend"].startswith("redis://") and state["error"]
+
+
+def test_ready_reports_a_live_store(engine: FakeEngine, engine_server: Any, redis_url: str) -> None:
+    with gateway_process(engine_server[1], redis_url) as (gateway, _):
+        ready = httpx.get(gateway + "/ready", timeout=5)
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["state"]["ok"] is True

@@ -52,7 +52,11 @@ async def health() -> dict[str, str]:
 
 @router.api_route("/ready", methods=["GET", "HEAD"])
 async def ready(request: Request) -> JSONResponse:
-    """Each model's engine read now: 200 when every one answers as configured, else 503."""
+    """Each model's engine read now: 200 when every one answers as configured, else 503.
+
+    The state store is reported (``state``) but does not decide the status: a store outage
+    degrades the reasoning round trip only, so it must not take every replica out of rotation.
+    """
     state = state_of(request)
     await state.read_engines()
     models = {}
@@ -70,7 +74,11 @@ async def ready(request: Request) -> JSONResponse:
         }
     ok = all(entry["ready"] for entry in models.values())
     return JSONResponse(
-        {"status": "ready" if ok else "not ready", "models": models},
+        {
+            "status": "ready" if ok else "not ready",
+            "models": models,
+            "state": (await state.reasoning.store.check()).as_json(),
+        },
         status_code=200 if ok else 503,
     )
 
