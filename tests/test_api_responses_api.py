@@ -465,7 +465,7 @@ def test_text_format_and_limits() -> None:
     assert (req.max_tokens, dict(req.sampling)) == (64, {"temperature": 0.2})
     assert req.responses.metadata == {"k": "v"}
     assert req.responses.previous_response_id == "resp_1"
-    assert any("previous_response_id" in note for note in req.conversation.notes)
+    assert not any("previous_response_id" in note for note in req.conversation.notes)
     plain = parse_responses_request(body("x", text={"format": {"type": "text"}}))
     assert plain.conversation.response_format is None
 

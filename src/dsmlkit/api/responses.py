@@ -166,11 +166,6 @@ def parse_responses_request(
         notes=notes,
     )
     response_format, text_echo = _text(root["text"])
-    if root["previous_response_id"].present:
-        notes.append(
-            "previous_response_id: this server keeps no responses; only this request's "
-            "input was rendered"
-        )
     note_ignored(root, IGNORED_FIELDS, notes)
     conversation = finish_conversation(
         messages, tools, response_format, notes, _tool_choice(root["tool_choice"])
@@ -285,8 +280,8 @@ class _Input:
                 messages += self._output(item)
             elif kind == "item_reference":
                 raise item.error(
-                    "item_reference needs stored responses, which this server does not keep; "
-                    "send the item itself"
+                    "item_reference is not supported; send the item itself (or continue a "
+                    "stored response with previous_response_id)"
                 )
             else:
                 self._notes.append(f"{item.path}: dropped a {kind!r} item (no such tool here)")

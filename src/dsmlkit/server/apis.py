@@ -110,6 +110,10 @@ class StreamFrames(Protocol):
     def fail(self, err: ApiError, request_id: str) -> list[str]: ...
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]: ...
+    @property
+    def response(self) -> dict[str, Any] | None:
+        """The finished Responses ``response`` object (other APIs: None)."""
+        ...
 
 
 class _OpenAIFrames:
@@ -131,6 +135,10 @@ class _OpenAIFrames:
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         return tuple(self._stream.diagnostics)
+
+    @property
+    def response(self) -> dict[str, Any] | None:
+        return None
 
 
 class _AnthropicFrames:
@@ -161,12 +169,17 @@ class _AnthropicFrames:
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         return tuple(self._stream.diagnostics)
 
+    @property
+    def response(self) -> dict[str, Any] | None:
+        return None
+
 
 class _ResponsesFrames:
     def __init__(
         self, req: ResponsesRequest, response_id: str, created: int, seal_key: bytes | None
     ) -> None:
         self._stream = ResponsesStream(req, id=response_id, created_at=created, seal_key=seal_key)
+        self._response: dict[str, Any] | None = None
 
     @staticmethod
     def _frames(events: list[dict[str, Any]]) -> list[str]:
@@ -179,7 +192,9 @@ class _ResponsesFrames:
         return self._frames(self._stream.feed(list(events)))
 
     def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]:
-        return self._frames(self._stream.finish(usage))
+        events = self._stream.finish(usage)
+        self._response = events[-1]["response"]
+        return self._frames(events)
 
     def fail(self, err: ApiError, request_id: str) -> list[str]:
         return self._frames(self._stream.fail(str(err)))
@@ -187,6 +202,10 @@ class _ResponsesFrames:
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         return tuple(self._stream.diagnostics)
+
+    @property
+    def response(self) -> dict[str, Any] | None:
+        return self._response
 
 
 def stream_frames(

@@ -63,7 +63,9 @@ from dsmlkit.server.local_routes import read_json
 from dsmlkit.server.prepare import model_of, prepare, prompt_length
 from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory
 from dsmlkit.server.reqlog import RequestRecord
+from dsmlkit.server.response_store import save, with_history
 from dsmlkit.server.state import ServedModel, ServerState, client_keys, record_of, state_of
+from dsmlkit.server.state_store import StateStoreUnavailable
 from dsmlkit.server.upstream import UpstreamClient, UpstreamStream
 
 LOGGER = logging.getLogger("dsmlkit.server")
@@ -168,9 +170,11 @@ async def responses(request: Request) -> Response:
 async def _gateway(request: Request, api: Api) -> Response:
     state = state_of(request)
     record = record_of(request)
-    body, record.reasoning_restored, state_error = await state.reasoning.restore(
-        api, await read_json(request)
-    )
+    body = await read_json(request)
+    if api == "responses":
+        body, record.reasoning_restored, state_error = await with_history(state.reasoning, body)
+    else:
+        body, record.reasoning_restored, state_error = await state.reasoning.restore(api, body)
     record.state_error = state_error
     model = model_of(state, body)
     endpoint = state.endpoint(model)
@@ -190,6 +194,14 @@ async def _gateway(request: Request, api: Api) -> Response:
     response_id = new_response_id(api)
     created = int(time.time())
     sign_thinking = state.reasoning.signer.sign
+
+    async def keep(response: dict[str, Any]) -> None:
+        """Store a Responses answer's conversation (a store failure is logged, not fatal)."""
+        try:
+            await save(state.reasoning, body, response)
+        except StateStoreUnavailable as exc:
+            record.state_error = exc.message
+
     if req.stream:
         prompt_usage = Usage(plan.prompt_tokens, 0) if plan.prompt_tokens is not None else None
         frames = stream_frames(
@@ -201,7 +213,7 @@ async def _gateway(request: Request, api: Api) -> Response:
             seal_key=state.seal_key,
         )
         return StreamingResponse(
-            _stream_body(state, frames, events, outcome, record),
+            _stream_body(state, frames, events, outcome, record, keep),
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
             # runs after the last byte, after a disconnect, even if the body never started
@@ -234,6 +246,8 @@ async def _gateway(request: Request, api: Api) -> Response:
     result = await _cancel_on_disconnect(request, collect, record)
     if result is None:
         return Response(status_code=499)  # nobody is listening any more
+    if api == "responses":
+        await keep(result)
     return JSONResponse(result)
 
 
@@ -428,9 +442,11 @@ async def _stream_body(
     events: AsyncGenerator[list[Event], None],
     outcome: _Outcome,
     record: RequestRecord,
+    keep: Callable[[dict[str, Any]], Awaitable[None]],
 ) -> AsyncIterator[str]:
     """The SSE body: frames as events arrive; an error event if the upstream fails or the
-    server stops before the stream ends."""
+    server stops before the stream ends. A finished Responses ``response`` is kept
+    (``keep``) before its last event goes out."""
     scope = state.open_stream_scope()
     try:
         yield "".join(frames.start())
@@ -445,7 +461,10 @@ async def _stream_body(
             record.fail("shutdown", err.message)
             yield "".join(frames.fail(err, record.id))
             return
-        yield "".join(frames.finish(outcome.usage, outcome.stop_sequence))
+        finished = frames.finish(outcome.usage, outcome.stop_sequence)
+        if frames.response is not None:
+            await keep(frames.response)
+        yield "".join(finished)
         record.diagnostics = _kinds(frames.diagnostics)
     except UpstreamError as exc:
         err = upstream_api_error(exc)

@@ -1,0 +1,148 @@
+"""Responses ``store`` / ``previous_response_id`` and the Responses reasoning round trip.
+
+Through the official openai SDK against the fake engine; the engine's received prompt
+(text, ``--tokenizer none``) shows what the model saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import openai
+import pytest
+from openai.types.responses import Response
+
+from dsmlkit.dialects import V4_1
+from dsmlkit.errors import ApiError
+from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
+from dsmlkit.server.response_store import with_history
+from dsmlkit.server.state_store import SqliteStore
+from tests.helpers import write_block
+from tests.server.conftest import Gateway
+from tests.server.fake_engine import FakeEngine, Reply
+
+REASONING = "The user wants the weather in Paris, so I call get_weather."
+CALL_TEXT = REASONING + "</think>" + write_block(V4_1, [("get_weather", {"city": "Paris"})])
+TOOLS: list[Any] = [
+    {
+        "type": "function",
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    }
+]
+
+
+@pytest.fixture
+def text_gateway(start_gateway: Callable[..., str], engine: FakeEngine) -> Gateway:
+    """A completions-mode gateway that sends text prompts (so tests can read them)."""
+    return Gateway(start_gateway(upstream_api="completions", tokenizer="none"), engine)
+
+
+def create(gateway: Gateway, stream: bool, **body: Any) -> Response:
+    client = gateway.openai()
+    if stream:
+        with client.responses.stream(model="m", **body) as events:
+            return events.get_final_response()
+    answer: Response = client.responses.create(model="m", **body)
+    return answer
+
+
+def prompt(gateway: Gateway) -> str:
+    sent: str = gateway.engine.requests[-1]["prompt"]
+    return sent
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
+def test_previous_response_id_puts_the_earlier_turns_in_the_prompt(
+    text_gateway: Gateway, stream: bool
+) -> None:
+    text_gateway.engine.push(Reply(text="Paris is sunny today."))
+    first = create(text_gateway, stream, input="Weather in Paris?", reasoning={"effort": "none"})
+    text_gateway.engine.push(Reply(text="Rain tomorrow."))
+    second = create(
+        text_gateway,
+        stream,
+        input="And tomorrow?",
+        previous_response_id=first.id,
+        reasoning={"effort": "none"},
+    )
+    seen = prompt(text_gateway)
+    assert seen.index("Weather in Paris?") < seen.index("Paris is sunny today.")
+    assert seen.index("Paris is sunny today.") < seen.index("And tomorrow?")
+    assert second.previous_response_id == first.id
+    assert second.output_text == "Rain tomorrow."
+    text_gateway.engine.push(Reply(text="Dry after that."))
+    create(text_gateway, stream, input="And after?", previous_response_id=second.id)
+    third = prompt(text_gateway)
+    assert all(turn in third for turn in ("Weather in Paris?", "And tomorrow?", "Rain tomorrow."))
+
+
+def test_the_stored_history_keeps_the_reasoning_and_the_call(text_gateway: Gateway) -> None:
+    text_gateway.engine.push(Reply(text=CALL_TEXT))
+    first = create(text_gateway, False, input="Weather in Paris?", tools=TOOLS)
+    call_id = next(item.call_id for item in first.output if item.type == "function_call")
+    text_gateway.engine.push(Reply(text="Sunny.</think>It is sunny."))
+    create(
+        text_gateway,
+        False,
+        input=[{"type": "function_call_output", "call_id": call_id, "output": "sunny"}],
+        previous_response_id=first.id,
+        tools=TOOLS,
+    )
+    seen = prompt(text_gateway)
+    assert REASONING in seen and "Paris" in seen and "sunny" in seen
+
+
+@pytest.mark.parametrize("store", [None, False], ids=["unknown", "store-false"])
+def test_a_response_that_is_not_stored_is_a_400_naming_the_param(
+    text_gateway: Gateway, store: bool | None
+) -> None:
+    missing = "resp_0123456789abcdef01234567"
+    if store is False:
+        text_gateway.engine.push(Reply(text="Hi."))
+        missing = create(text_gateway, False, input="Hi", store=False).id
+    before = len(text_gateway.engine.requests)
+    with pytest.raises(openai.BadRequestError) as caught:
+        create(text_gateway, False, input="Again", previous_response_id=missing)
+    assert caught.value.status_code == 400
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert error["param"] == "previous_response_id"
+    assert missing in error["message"] and "not found" in error["message"]
+    assert len(text_gateway.engine.requests) == before  # nothing reached the engine
+
+
+def test_dropped_reasoning_of_a_responses_call_is_restored(text_gateway: Gateway) -> None:
+    text_gateway.engine.push(Reply(text=CALL_TEXT))
+    first = create(text_gateway, False, input="Weather in Paris?", tools=TOOLS, store=False)
+    call = next(item for item in first.output if item.type == "function_call")
+    history: list[Any] = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": "{}"},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+    ]
+    text_gateway.engine.push(Reply(text="Sunny.</think>It is sunny."))
+    create(text_gateway, False, input=history, tools=TOOLS)
+    assert REASONING in prompt(text_gateway)
+    own = {
+        "type": "reasoning",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": "Mine."}],
+    }
+    text_gateway.engine.push(Reply(text="Sunny.</think>It is sunny."))
+    create(text_gateway, False, input=[history[0], own, *history[1:]], tools=TOOLS)
+    seen = prompt(text_gateway)
+    assert "Mine." in seen and REASONING not in seen  # a reasoning item the client sent is kept
+
+
+def test_a_store_outage_is_a_503_naming_the_param(tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "state.db"))
+    anyio.run(store.aclose)  # a closed database fails every operation, like a lost file
+    memory = ReasoningMemory(store, ThinkingSigner())
+    body = {"model": "m", "input": "Again", "previous_response_id": "resp_0123456789abcdef"}
+    with pytest.raises(ApiError) as caught:
+        anyio.run(with_history, memory, body)
+    assert (caught.value.status, caught.value.param) == (503, "previous_response_id")
