@@ -53,12 +53,12 @@ def test_reads_stdin(capsys: pytest.CaptureFixture[str]) -> None:
 def test_invalid_request_prints_the_api_error_body(capsys: pytest.CaptureFixture[str]) -> None:
     body = {"model": "m", "messages": [{"role": "tool", "tool_call_id": "c1", "content": "x"}]}
     code, output, _ = convert(["--from", "openai"], capsys, stdin=json.dumps(body))
-    assert code == 1
+    assert code == 3
     assert output["error"]["type"] == "invalid_request_error"
     assert output["error"]["param"] == "messages[0].tool_call_id"
 
     code, output, _ = convert(["--from", "anthropic"], capsys, stdin=json.dumps(body))
-    assert code == 1
+    assert code == 3
     assert output["type"] == "error"
     assert output["error"]["type"] == "invalid_request_error"
     assert output["error"]["message"].startswith("max_tokens")
@@ -66,13 +66,13 @@ def test_invalid_request_prints_the_api_error_body(capsys: pytest.CaptureFixture
 
 def test_non_json_input_is_an_invalid_request(capsys: pytest.CaptureFixture[str]) -> None:
     code, output, _ = convert(["--from", "anthropic"], capsys, stdin="{not json")
-    assert code == 1
+    assert code == 3
     assert output["type"] == "error"
 
 
-def test_unreadable_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreadable_file_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, output, err = convert(["--from", "openai", str(tmp_path / "missing.json")], capsys)
-    assert code == 2
+    assert code == 3
     assert output is None
     assert "cannot read" in err
 

@@ -115,5 +115,33 @@ def test_bad_arguments_fail_cleanly(tmp_path: Path) -> None:
     assert run_cli("--chunk-size", "0").returncode == 2
     assert run_cli("--dialect", "v9").returncode == 2
     missing = run_cli(str(tmp_path / "nope.txt"))
-    assert missing.returncode == 1
+    assert missing.returncode == 3
     assert b"nope.txt" in missing.stderr
+
+
+def test_jsonl_reads_a_file_and_takes_the_flags_as_defaults(tmp_path: Path) -> None:
+    block = write_block(V4_1, [("f", {})])
+    lines = [
+        {"text": "Hm.</think>ok"},
+        {"text": "plain", "thinking": False, "finish_reason": "stop"},
+        {"text": block, "thinking": False},
+        {"text": block, "thinking": False, "strict": False, "dialect": "v4.1", "tools": []},
+    ]
+    batch = tmp_path / "batch.jsonl"
+    batch.write_text("\n".join(json.dumps(line) for line in lines) + "\n", "utf-8")
+    tools = tmp_path / "tools.json"
+    tools.write_text(json.dumps([{"type": "function", "function": {}}]), "utf-8")
+    flags = ["--dialect", "v4", "--thinking", "--strict", "--finish-reason", "length"]
+    done = run_cli("--jsonl", str(batch), *flags, stdin="not read")
+    assert done.returncode == 0, done.stderr
+    first, second, strict, relaxed = map(json.loads, done.stdout.decode("utf-8").splitlines())
+    assert (first["reasoning"], first["content"], first["finish_reason"]) == ("Hm.", "ok", "length")
+    assert (second["content"], second["finish_reason"]) == ("plain", "stop")
+    assert second["reasoning"] == ""
+    assert strict["calls"] == [] and "calls>" in strict["content"]  # v4 --strict: not a block
+    assert [call["name"] for call in relaxed["calls"]] == ["f"]
+
+    with_tools = run_cli("--jsonl", str(batch), *flags, "--tools", str(tools))
+    results = [json.loads(line) for line in with_tools.stdout.decode("utf-8").splitlines()]
+    assert ["error" in result for result in results] == [True, True, True, False]
+    assert "has no function name" in results[0]["error"]  # the --tools default was used

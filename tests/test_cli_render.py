@@ -310,7 +310,7 @@ def test_api_flags_win_over_the_body(
         (["--dialect", "v4", "--api", "openai"], {"model": "m", "messages": "x"}, "messages"),
     ],
 )
-def test_invalid_input_exits_1_with_a_message(
+def test_invalid_input_exits_3_with_a_message(
     capsysbinary: pytest.CaptureFixture[bytes],
     monkeypatch: pytest.MonkeyPatch,
     argv: list[str],
@@ -318,7 +318,7 @@ def test_invalid_input_exits_1_with_a_message(
     message: str,
 ) -> None:
     code, out, err = run_cli(capsysbinary, monkeypatch, argv, stdin=stdin)
-    assert (code, out) == (1, b"")
+    assert (code, out) == (3, b"")
     assert err.startswith("dsmlkit render: ") and message in err
 
 
@@ -328,9 +328,7 @@ def test_invalid_input_exits_1_with_a_message(
         ["--dialect", "v5"],
         ["--mode", "chat"],  # --dialect is required
         ["--dialect", "v4", "--tool-reference", "inline"],
-        ["--dialect", "v4", "/no/such/file.json"],
         ["--dialect", "v4", "--tokenizer", "/tmp"],  # --tokenizer without --tokens
-        ["--dialect", "v4", "--tokens", "--tokenizer", "/no/such/folder"],
     ],
 )
 def test_usage_errors_exit_2(

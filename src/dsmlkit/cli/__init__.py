@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from dsmlkit import __version__
 
@@ -34,12 +36,42 @@ EXIT_START = 4
 EXIT_CONFIG = 5
 
 
-def read_input(path: str | None) -> bytes:
-    """The bytes of FILE, or of stdin when it is omitted or ``-`` (raises ``OSError``)."""
+class InputFileError(Exception):
+    """A file named on the command line cannot be read or holds the wrong data (exit 3)."""
+
+
+def read_input(path: str | None, flag: str = "") -> bytes:
+    """The bytes of FILE, or of stdin when it is omitted or ``-``.
+
+    Raises :class:`InputFileError` naming the file (and ``flag``, when it came from one).
+    """
     if path is None or path == "-":
         return sys.stdin.buffer.read()
-    with open(path, "rb") as handle:
-        return handle.read()
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except OSError as exc:
+        prefix = f"{flag}: " if flag else ""
+        raise InputFileError(f"{prefix}cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def load_tools(path: str) -> list[Any]:
+    """The tools of a ``--tools FILE``: a JSON list of tools, or an object with ``"tools"``.
+
+    Raises :class:`InputFileError` naming the file when it is unreadable, not JSON or of
+    another shape.
+    """
+    raw = read_input(path, "--tools")
+    try:
+        data = json.loads(raw.decode("utf-8-sig"))
+    except ValueError as exc:
+        raise InputFileError(f"--tools: {path} is not UTF-8 JSON: {exc}") from exc
+    tools = data.get("tools") if isinstance(data, dict) else data
+    if not isinstance(tools, list) or not all(isinstance(tool, dict) for tool in tools):
+        raise InputFileError(
+            f'--tools: {path} must hold a JSON list of tool objects or an object with "tools"'
+        )
+    return tools
 
 
 def fail(command: str, message: str, code: int) -> int:

@@ -4,8 +4,8 @@ Reads an OpenAI Chat Completions, Anthropic Messages or OpenAI Responses request
 (FILE or stdin) and prints ``{"messages": [...], "tools": [...], "options": {...}}`` as
 JSON on stdout.
 
-Exit codes: 0 converted; 1 the request is invalid (the API's own error body, as JSON, on
-stdout); 2 FILE cannot be read (message on stderr).
+Exit codes (the table in :mod:`dsmlkit.cli`): 0 converted; 3 FILE cannot be read (a
+message on stderr) or the request is invalid (the API's own error body, as JSON, on stdout).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from dsmlkit.api import anthropic_error_body, convert_output, openai_error_body, parse_request
-from dsmlkit.cli import read_input
+from dsmlkit.cli import EXIT_INPUT, EXIT_OK, InputFileError, fail, read_input
 from dsmlkit.dialects import DEFAULT_DIALECT, DIALECTS
 from dsmlkit.errors import ApiError, InvalidRequest
 
@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
         "canonical conversation",
         description=(
             "Print the canonical messages, tools and options of a request body; an invalid "
-            "request prints the API's error body on stdout and exits 1."
+            "request prints the API's error body on stdout and exits 3."
         ),
     )
     parser.add_argument("--from", dest="api", required=True, choices=tuple(ERROR_BODIES))
@@ -46,17 +46,16 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         raw = read_input(args.file)
-    except OSError as exc:
-        print(f"dsmlkit convert: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
-        return 2
+    except InputFileError as exc:
+        return fail("convert", str(exc), EXIT_INPUT)
     try:
         body = _decode(raw)
         output = convert_output(parse_request(args.api, body, dialect=args.dialect))
     except ApiError as err:
         _print_json(ERROR_BODIES[args.api](err))
-        return 1
+        return EXIT_INPUT
     _print_json(output)
-    return 0
+    return EXIT_OK
 
 
 def _decode(raw: bytes) -> Any:

@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any, NoReturn
 
-from dsmlkit.cli import read_input
+from dsmlkit.cli import EXIT_INPUT, EXIT_OK, EXIT_USAGE, InputFileError, fail, load_tools
 from dsmlkit.dialects import DIALECTS
 from dsmlkit.errors import CallerError
 from dsmlkit.grammar import ebnf, structural_tag
@@ -16,15 +16,10 @@ _PROG = "dsmlkit grammar"
 
 
 class _OneLineErrors(argparse.ArgumentParser):
-    """Usage errors as one line on stderr and exit status 2."""
+    """Usage errors as one line on stderr and the usage exit status."""
 
     def error(self, message: str) -> NoReturn:
-        _fail(message)
-
-
-def _fail(message: str) -> NoReturn:
-    print(f"{_PROG}: {message}", file=sys.stderr)
-    sys.exit(2)
+        sys.exit(fail("grammar", message, EXIT_USAGE))
 
 
 def register(subparsers: Any) -> None:
@@ -61,18 +56,11 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _load_tools(path: str) -> Any:
-    try:
-        data = json.loads(read_input(path).decode("utf-8"))
-    except OSError as exc:
-        _fail(f"--tools: cannot read {path}: {exc.strerror or exc}")
-    except ValueError as exc:
-        _fail(f"--tools: {path} is not JSON: {exc}")
-    return data.get("tools", data) if isinstance(data, dict) else data
-
-
 def run(args: argparse.Namespace) -> int:
-    tools = _load_tools(args.tools)
+    try:
+        tools = load_tools(args.tools)
+    except InputFileError as exc:
+        return fail("grammar", str(exc), EXIT_INPUT)
     build = ebnf if args.format == "ebnf" else structural_tag
     try:
         grammar = build(
@@ -83,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
             parallel=not args.no_parallel,
         )
     except CallerError as exc:
-        _fail(str(exc))
+        return fail("grammar", str(exc), EXIT_USAGE)
     text = grammar if isinstance(grammar, str) else json.dumps(grammar, ensure_ascii=False) + "\n"
     sys.stdout.buffer.write(text.encode("utf-8"))
-    return 0
+    return EXIT_OK

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from dsmlkit.cli import read_input
+from dsmlkit.cli import EXIT_INPUT, EXIT_OK, InputFileError, fail, load_tools, read_input
 from dsmlkit.dialects import DIALECTS
 from dsmlkit.parse import MessageCollector, Parser, event_to_json
 
@@ -20,7 +20,9 @@ def register(subparsers: Any) -> None:
         description=(
             "Read one raw model output (FILE or stdin) and print the parsed message as one JSON "
             'object {"content", "reasoning", "calls", "diagnostics", "finish_reason"}. '
-            "With --jsonl, read one JSON request per stdin line and write one result per line."
+            "With --jsonl, read one JSON request per line (FILE or stdin) and write one result "
+            "per line; --dialect, --thinking, --strict, --tools, --chunk-size and "
+            "--finish-reason are the defaults for the keys a line leaves out."
         ),
     )
     parser.add_argument("file", nargs="?", metavar="FILE", help="model output (default: stdin)")
@@ -49,7 +51,9 @@ def register(subparsers: Any) -> None:
         "--events", action="store_true", help="print the event stream, one JSON object per line"
     )
     parser.add_argument(
-        "--jsonl", action="store_true", help="batch mode: one JSON request per stdin line"
+        "--jsonl",
+        action="store_true",
+        help="batch mode: one JSON request per line of FILE or stdin",
     )
     parser.set_defaults(func=run)
 
@@ -94,22 +98,19 @@ def _parse_one(
     return collector.message().to_json()
 
 
-def _load_tools(path: str) -> Any:
-    with open(path, encoding="utf-8") as handle:
-        data = json.load(handle)
-    return data.get("tools") if isinstance(data, dict) else data
-
-
 def run(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
-    if args.jsonl:
-        return _run_jsonl(out)
     try:
-        tools = _load_tools(args.tools) if args.tools else None
-        text = read_input(args.file).decode("utf-8")
-    except (OSError, ValueError) as exc:
-        print(f"dsmlkit parse: {exc}", file=sys.stderr)
-        return 1
+        tools = load_tools(args.tools) if args.tools else None
+        raw = read_input(args.file)
+    except InputFileError as exc:
+        return fail("parse", str(exc), EXIT_INPUT)
+    if args.jsonl:
+        return _run_jsonl(out, raw, args, tools)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return fail("parse", f"{args.file or 'stdin'} is not UTF-8: {exc}", EXIT_INPUT)
     if args.events:
         parser = Parser(
             args.dialect,
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
                 _write_line(out, event_to_json(event))
         for event in parser.close(args.finish_reason):
             _write_line(out, event_to_json(event))
-        return 0
+        return EXIT_OK
     result = _parse_one(
         text,
         _chunks(text, args.chunk_size),
@@ -133,22 +134,23 @@ def run(args: argparse.Namespace) -> int:
         finish_reason=args.finish_reason,
     )
     _write_line(out, result)
-    return 0
+    return EXIT_OK
 
 
-def _run_jsonl(out: BinaryIO) -> int:
-    for raw_line in sys.stdin.buffer.read().split(b"\n"):
+def _run_jsonl(out: BinaryIO, raw: bytes, args: argparse.Namespace, tools: Any) -> int:
+    """One result line per request line; the flags fill in what a line leaves out."""
+    for raw_line in raw.split(b"\n"):
         if not raw_line.strip():
             continue
         try:
-            result = _parse_request(json.loads(raw_line.decode("utf-8")))
+            result = _parse_request(json.loads(raw_line.decode("utf-8")), args, tools)
         except Exception as exc:  # a bad line reports and the run goes on
             result = {"error": f"{type(exc).__name__}: {exc}"}
         _write_line(out, result)
-    return 0
+    return EXIT_OK
 
 
-def _parse_request(request: Any) -> dict[str, Any]:
+def _parse_request(request: Any, defaults: argparse.Namespace, tools: Any) -> dict[str, Any]:
     if not isinstance(request, dict):
         raise ValueError("each line must be a JSON object")
     text = request.get("text")
@@ -162,19 +164,19 @@ def _parse_request(request: Any) -> dict[str, Any]:
             raise ValueError('"chunks" must concatenate to "text"')
         pieces: Iterator[str] | list[str] = chunks
     else:
-        size = request.get("chunk_size")
+        size = request.get("chunk_size", defaults.chunk_size)
         if size is not None and (not isinstance(size, int) or size < 1):
             raise ValueError('"chunk_size" must be a positive integer')
         pieces = _chunks(text, size)
-    finish = request.get("finish_reason")
+    finish = request.get("finish_reason", defaults.finish_reason)
     if finish is not None and not isinstance(finish, str):
         raise ValueError('"finish_reason" must be a string')
     return _parse_one(
         text,
         pieces,
-        dialect=request.get("dialect") or "v4.1",
-        thinking=bool(request.get("thinking", False)),
-        strict=bool(request.get("strict", False)),
-        tools=request.get("tools"),
+        dialect=request.get("dialect") or defaults.dialect,
+        thinking=bool(request.get("thinking", defaults.thinking)),
+        strict=bool(request.get("strict", defaults.strict)),
+        tools=request.get("tools", tools),
         finish_reason=finish,
     )

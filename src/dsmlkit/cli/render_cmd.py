@@ -13,8 +13,8 @@ thinking, effort and prefill settings); what neither gives takes the renderer's 
 Output: the prompt, byte for byte as UTF-8, nothing added. ``--tokens`` prints JSON
 ``{"prompt", "token_ids", "output_starts_in"}`` instead.
 
-Exit codes: 0 success; 1 the conversation or an option value is invalid (message on
-stderr); 2 usage errors (bad flags, unreadable FILE or ``--tokenizer`` path).
+Exit codes (the table in :mod:`dsmlkit.cli`): 0 success; 2 a bad flag or option value;
+3 FILE or the ``--tokenizer`` path cannot be read, or the conversation is invalid.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any
 
 from dsmlkit.api import parse_request
-from dsmlkit.cli import read_input
+from dsmlkit.cli import EXIT_INPUT, EXIT_OK, EXIT_USAGE, InputFileError, fail, read_input
 from dsmlkit.dialects import DIALECTS, Dialect
 from dsmlkit.errors import DsmlkitError, InvalidRequest, UsageError
 from dsmlkit.render import (
@@ -97,22 +97,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.tokenizer and not args.tokens:
             raise UsageError("--tokenizer needs --tokens")
-        try:
-            raw = read_input(args.file)
-        except OSError as exc:
-            raise UsageError(f"cannot read {args.file}: {exc.strerror}") from exc
+        raw = read_input(args.file)
         conversation, options = _conversation(args, raw)
         result = render_conversation(conversation, options)
         output = _token_json(result, args.tokenizer) if args.tokens else result.prompt
     except UsageError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
-    except DsmlkitError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 1
+        return fail("render", str(exc), EXIT_USAGE)
+    except (InputFileError, DsmlkitError) as exc:
+        return fail("render", str(exc), EXIT_INPUT)
     sys.stdout.buffer.write(output.encode("utf-8"))
     sys.stdout.buffer.flush()
-    return 0
+    return EXIT_OK
 
 
 def _conversation(args: argparse.Namespace, raw: bytes) -> tuple[Conversation, RenderOptions]:
@@ -184,7 +179,7 @@ def _token_json(result: RenderResult, tokenizer_path: str | None) -> str:
     try:
         tokenizer = load_tokenizer(tokenizer_path)
     except InvalidRequest as exc:
-        raise UsageError(exc.message) from exc
+        raise InputFileError(f"--tokenizer: {exc.message}") from exc
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         token_ids = tokenizer.encode_prompt(result)
