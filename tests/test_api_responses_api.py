@@ -628,7 +628,7 @@ def test_cli_render_api_responses(tmp_path: Path) -> None:
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps(body([])), "utf-8")
     refused = cli("render", "--dialect", "v4.1", "--api", "responses", str(broken))
-    assert refused.returncode == 1 and b"input: must hold at least one item" in refused.stderr
+    assert refused.returncode == 3 and b"input: must hold at least one item" in refused.stderr
 
 
 def test_cli_convert_from_responses(tmp_path: Path) -> None:
@@ -645,7 +645,7 @@ def test_cli_convert_from_responses(tmp_path: Path) -> None:
     }
     path.write_text(json.dumps(body("x", reasoning={"effort": "huge"})), "utf-8")
     refused = cli("convert", "--from", "responses", str(path))
-    assert refused.returncode == 1
+    assert refused.returncode == 3
     error = json.loads(refused.stdout)["error"]
     assert (error["param"], error["type"]) == ("reasoning.effort", "invalid_request_error")
 
