@@ -116,32 +116,50 @@ class StreamFrames(Protocol):
         ...
 
 
-class _OpenAIFrames:
-    def __init__(self, req: ChatRequest, response_id: str, created: int) -> None:
-        self._stream = OpenAIStream(req, id=response_id, created=created)
+class _SseStream(Protocol):
+    """What the Chat Completions and Messages streams share: they write their own SSE."""
+
+    @property
+    def diagnostics(self) -> Sequence[Diagnostic]: ...
+    def start_sse(self) -> list[str]: ...
+    def feed_sse(self, events: Sequence[Event]) -> list[str]: ...
+
+
+class _SseFrames:
+    """Frames of a stream that writes its own SSE; subclasses say how it finishes."""
+
+    def __init__(self, api: Api, stream: _SseStream) -> None:
+        self._api = api
+        self._sse = stream
 
     def start(self) -> list[str]:
-        return self._stream.start_sse()
+        return self._sse.start_sse()
 
     def feed(self, events: Sequence[Event]) -> list[str]:
-        return self._stream.feed_sse(events)
-
-    def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]:
-        return self._stream.finish_sse(usage)
+        return self._sse.feed_sse(events)
 
     def fail(self, err: ApiError, request_id: str) -> list[str]:
-        return [error_frame("openai", err, request_id)]
+        return [error_frame(self._api, err, request_id)]
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
-        return tuple(self._stream.diagnostics)
+        return tuple(self._sse.diagnostics)
 
     @property
     def response(self) -> dict[str, Any] | None:
         return None
 
 
-class _AnthropicFrames:
+class _OpenAIFrames(_SseFrames):
+    def __init__(self, req: ChatRequest, response_id: str, created: int) -> None:
+        self._stream = OpenAIStream(req, id=response_id, created=created)
+        super().__init__("openai", self._stream)
+
+    def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]:
+        return self._stream.finish_sse(usage)
+
+
+class _AnthropicFrames(_SseFrames):
     def __init__(
         self,
         req: ChatRequest,
@@ -152,26 +170,10 @@ class _AnthropicFrames:
         self._stream = AnthropicStream(
             req, id=response_id, usage=prompt_usage, sign_thinking=sign_thinking
         )
-
-    def start(self) -> list[str]:
-        return self._stream.start_sse()
-
-    def feed(self, events: Sequence[Event]) -> list[str]:
-        return self._stream.feed_sse(events)
+        super().__init__("anthropic", self._stream)
 
     def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]:
         return self._stream.finish_sse(usage, stop_sequence=stop_sequence)
-
-    def fail(self, err: ApiError, request_id: str) -> list[str]:
-        return [error_frame("anthropic", err, request_id)]
-
-    @property
-    def diagnostics(self) -> tuple[Diagnostic, ...]:
-        return tuple(self._stream.diagnostics)
-
-    @property
-    def response(self) -> dict[str, Any] | None:
-        return None
 
 
 class _ResponsesFrames:
