@@ -11,8 +11,9 @@ API: ``ChatCompletionRequest`` / ``MessagesRequest`` → ``convert`` → ``Strea
 fed ``InferenceChunk.text`` deltas, each chunk turned into JSON text with ``to_json``;
 ``DeepseekV41Encoding.render_conversation`` for the prompt. Figures are CPU time, best of
 ``--repeats``; "per delta" divides one whole stream (start to finish) by its delta count.
-SSE figures are the text the gateway writes (``data: …`` frames); the peer's are its
-``to_json`` strings, without framing. Prints figures; asserts nothing.
+SSE figures are the text the gateway writes, through the same calls (``data: …`` frames,
+Anthropic and Responses ones with their ``event: …`` line); the peer's are its ``to_json``
+strings, without framing. Prints figures; asserts nothing.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from dsmlkit.api import (
     parse_openai_request,
 )
 from dsmlkit.api.responses import ResponsesStream, parse_responses_request
-from dsmlkit.api.sse import sse_event
 from dsmlkit.dialects import get_dialect
 from dsmlkit.parse import MessageCollector, StartIn
 from dsmlkit.render import render, render_conversation
@@ -221,11 +221,11 @@ def stream_paths(case: dict[str, Any]) -> dict[str, Callable[[], object]]:
     def responses_sse() -> object:
         parser = responses.new_parser(start_in)
         stream = ResponsesStream(responses, id="resp_1", created_at=1)
-        out = [sse_event(event["type"], event) for event in stream.start()]
+        out = stream.start_sse()
         for chunk in chunks:
-            out += [sse_event(event["type"], event) for event in stream.feed(parser.feed(chunk))]
-        out += [sse_event(event["type"], event) for event in stream.feed(parser.close())]
-        return out + [sse_event(event["type"], event) for event in stream.finish(usage)]
+            out += stream.feed_sse(parser.feed(chunk))
+        out += stream.feed_sse(parser.close())
+        return out + stream.finish_sse(usage)
 
     return {
         "parser alone": parser_alone,

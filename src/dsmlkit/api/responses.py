@@ -18,9 +18,9 @@ which a stateless client's next request hands back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from dsmlkit.api.common import (
     ChatRequest,
@@ -37,6 +37,7 @@ from dsmlkit.api.common import (
 )
 from dsmlkit.api.fields import Field
 from dsmlkit.api.seal import SealError, seal, unseal
+from dsmlkit.api.sse import TextFrames, sse_event
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.parse import (
@@ -605,6 +606,15 @@ def responses_response(
 
 
 StreamEvent = dict[str, Any]
+_Out = TypeVar("_Out")
+_TEXT_EVENTS = (ContentDelta, ReasoningDelta, ArgumentsDelta)
+#: The item type that each text delta (but a call's arguments) goes to.
+_TEXT_ITEMS: dict[type[Event], str] = {ReasoningDelta: "reasoning", ContentDelta: "message"}
+#: The delta event of each text item type.
+_TEXT_DELTAS = {
+    "reasoning": "response.reasoning_text.delta",
+    "message": "response.output_text.delta",
+}
 
 
 class ResponsesStream:
@@ -612,7 +622,10 @@ class ResponsesStream:
 
     Call :meth:`start`, then :meth:`feed` with each batch of parser events (including the
     ``close()`` events), then :meth:`finish` (or :meth:`fail`). Frame each event with
-    ``sse_event(event["type"], event)``.
+    ``sse_event(event["type"], event)``. Or call :meth:`start_sse`, :meth:`feed_sse` and
+    :meth:`finish_sse` (or :meth:`fail_sse`), which return those frames (byte for byte) and
+    build no event dict per text delta. After finishing, :attr:`response` is the final
+    ``response`` object.
     """
 
     def __init__(
@@ -627,12 +640,17 @@ class ResponsesStream:
         self._id = id
         self._created_at = created_at
         self._items = _Items(req, id, seal_key)
-        self._collector = MessageCollector()
+        # Only calls, diagnostics and the finish reason are kept (text deltas are not):
+        # what finish() and diagnostics need.
+        self._outline = MessageCollector()
         self._message: ParsedMessage | None = None
+        self._response: dict[str, Any] | None = None
         self._sequence = 0
         self._open: dict[str, Any] | None = None  # the item being streamed
+        self._continued_by: type[Event] | None = None  # the delta type that adds to it
         self._text: list[str] = []  # its text (reasoning or answer) or arguments so far
         self._call_ended = False  # the open call got its ToolCallEnd
+        self._text_frames: TextFrames[int] = TextFrames(self._delta_frame)
 
     def _event(self, kind: str, **fields: Any) -> StreamEvent:
         event = {"type": kind, "sequence_number": self._sequence, **fields}
@@ -659,46 +677,16 @@ class ResponsesStream:
 
     def feed(self, events: Sequence[Event]) -> list[StreamEvent]:
         """Stream events for a batch of parser events."""
-        self._collector.add(list(events))
-        out: list[StreamEvent] = []
-        for event in coalesce(events):
-            if isinstance(event, ReasoningDelta):
-                out += self._ensure_open("reasoning")
-                out.append(self._text_delta("response.reasoning_text.delta", event.text))
-            elif isinstance(event, ContentDelta):
-                out += self._ensure_open("message")
-                out.append(self._text_delta("response.output_text.delta", event.text, logprobs=[]))
-            elif isinstance(event, ToolCallStart):
-                out += self._close()
-                item_id = self._items.item_id("fc")
-                self._open = self._items.function_call(
-                    item_id, event.id, event.name, "", "in_progress"
-                )
-                out.append(self._added())
-            elif isinstance(event, ArgumentsDelta):
-                self._text.append(event.text)
-                out.append(
-                    self._event(
-                        "response.function_call_arguments.delta",
-                        item_id=self._open_id(),
-                        output_index=len(self._items.done),
-                        delta=event.text,
-                    )
-                )
-            elif isinstance(event, ReasoningEnd):
-                out += self._close()
-            elif isinstance(event, ToolCallEnd):
-                self._call_ended = True
-                out += self._close()
-        return out
+        return self._steps(events, self._delta_event, _same)
 
     def finish(self, usage: Usage | None = None) -> list[StreamEvent]:
         """Close the open item; then ``response.completed`` (or ``.incomplete`` when cut off)."""
-        self._message = self._collector.message()
+        self._message = self._outline.message()
         status = _status(self._message.finish_reason)
         out = self._close()
         name = "response.completed" if status == "completed" else "response.incomplete"
-        out.append(self._event(name, response=self._snapshot(status, usage)))
+        self._response = self._snapshot(status, usage)
+        out.append(self._event(name, response=self._response))
         return out
 
     def fail(self, message: str) -> list[StreamEvent]:
@@ -708,12 +696,109 @@ class ResponsesStream:
         out.append(self._event("response.failed", response=self._snapshot("failed", error=error)))
         return out
 
+    def start_sse(self) -> list[str]:
+        """:meth:`start` as SSE frames."""
+        return [_framed(event) for event in self.start()]
+
+    def feed_sse(self, events: Sequence[Event]) -> list[str]:
+        """:meth:`feed` as SSE frames."""
+        if len(events) == 1:  # the usual batch: one delta, most often more of the open item
+            event = events[0]
+            if isinstance(event, _TEXT_EVENTS) and type(event) is self._continued_by:
+                return [self._more(self._text_frames.numbered, event.text)] if event.text else []
+        return self._steps(events, self._text_frames.numbered, _framed)
+
+    def finish_sse(self, usage: Usage | None = None) -> list[str]:
+        """:meth:`finish` as SSE frames."""
+        return [_framed(event) for event in self.finish(usage)]
+
+    def fail_sse(self, message: str) -> list[str]:
+        """:meth:`fail` as SSE frames."""
+        return [_framed(event) for event in self.fail(message)]
+
+    @property
+    def response(self) -> dict[str, Any] | None:
+        """The final ``response`` object once :meth:`finish` made it (else None)."""
+        return self._response
+
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         """The parser's diagnostics and tool_choice's report (after :meth:`finish`)."""
         if self._message is None:
             raise RuntimeError("diagnostics are known after finish()")
         return response_diagnostics(self._message, self._req)
+
+    def _steps(
+        self,
+        events: Sequence[Event],
+        text_delta: Callable[[int, int, str], _Out],
+        other: Callable[[StreamEvent], _Out],
+    ) -> list[_Out]:
+        """A batch as stream events, each made by ``text_delta`` (output index, sequence
+        number, text) or ``other`` (any event but a text delta)."""
+        out: list[_Out] = []
+        # A batch of one event (the usual streamed delta) has nothing to merge.
+        for event in events if len(events) == 1 else coalesce(events):
+            if isinstance(event, _TEXT_EVENTS):
+                if not event.text:
+                    continue
+                if type(event) is not self._continued_by and not isinstance(event, ArgumentsDelta):
+                    out += map(other, self._ensure_open(_TEXT_ITEMS[type(event)]))
+                out.append(self._more(text_delta, event.text))
+                continue
+            self._outline.add([event])
+            if isinstance(event, ToolCallStart):
+                added = self._close()
+                item_id = self._items.item_id("fc")
+                self._open = self._items.function_call(
+                    item_id, event.id, event.name, "", "in_progress"
+                )
+                self._continued_by = ArgumentsDelta
+                added.append(self._added())
+                out += map(other, added)
+            elif isinstance(event, ReasoningEnd):
+                out += map(other, self._close())
+            elif isinstance(event, ToolCallEnd):
+                self._call_ended = True
+                out += map(other, self._close())
+        return out
+
+    def _more(self, text_delta: Callable[[int, int, str], _Out], text: str) -> _Out:
+        """More ``text`` for the open item, as the delta made by ``text_delta`` (output
+        index, sequence number, text)."""
+        self._text.append(text)
+        sequence = self._sequence
+        self._sequence = sequence + 1
+        return text_delta(len(self._items.done), sequence, text)
+
+    def _delta_event(self, index: int, sequence: Any, text: str) -> StreamEvent:
+        """The delta event of the open item, number ``index`` (``sequence``: the event's
+        number, or a marker in its place)."""
+        item = self._open
+        assert item is not None
+        if item["type"] == "function_call":
+            return {
+                "type": "response.function_call_arguments.delta",
+                "sequence_number": sequence,
+                "item_id": item["id"],
+                "output_index": index,
+                "delta": text,
+            }
+        event: StreamEvent = {
+            "type": _TEXT_DELTAS[item["type"]],
+            "sequence_number": sequence,
+            "item_id": item["id"],
+            "output_index": index,
+            "content_index": 0,
+            "delta": text,
+        }
+        if item["type"] == "message":
+            event["logprobs"] = []
+        return event
+
+    def _delta_frame(self, index: int, sequence: str, text: str) -> str:
+        """The full frame of a delta event of item ``index``."""
+        return _framed(self._delta_event(index, sequence, text))
 
     # -- items
 
@@ -737,26 +822,17 @@ class ResponsesStream:
             part=part,
         )
 
-    def _text_delta(self, kind: str, text: str, **extra: Any) -> StreamEvent:
-        self._text.append(text)
-        return self._event(
-            kind,
-            item_id=self._open_id(),
-            output_index=len(self._items.done),
-            content_index=0,
-            delta=text,
-            **extra,
-        )
-
     def _ensure_open(self, kind: str) -> list[StreamEvent]:
         if self._open is not None and self._open["type"] == kind:
             return []
         out = self._close()
         if kind == "reasoning":
             self._open = self._items.reasoning(self._items.item_id("rs"), "", "in_progress")
+            self._continued_by = ReasoningDelta
             part: dict[str, Any] = {"type": "reasoning_text", "text": ""}
         else:
             self._open = self._items.message(self._items.item_id("msg"), None, "in_progress")
+            self._continued_by = ContentDelta
             part = _output_text("")
         out.append(self._added())
         out.append(self._part_event("response.content_part.added", part))
@@ -798,6 +874,7 @@ class ResponsesStream:
         out.append(self._event("response.output_item.done", output_index=output_index, item=done))
         self._items.done.append(done)
         self._open = None
+        self._continued_by = None
         self._text = []
         self._call_ended = False
         return out
@@ -813,3 +890,11 @@ class ResponsesStream:
             text=text,
             **extra,
         )
+
+
+def _same(event: StreamEvent) -> StreamEvent:
+    return event
+
+
+def _framed(event: StreamEvent) -> str:
+    return sse_event(event["type"], event)

@@ -41,30 +41,48 @@ sse_event = sse_anthropic
 
 
 class TextFrames(Generic[Key]):
-    """Frames that differ only in one string, byte-identical to framing each one in full.
+    """Frames that differ only in one string (and a number before it), byte-identical to
+    framing each one in full.
 
     ``build(key, text)`` is the full framing of a frame of shape ``key`` holding ``text``
-    (as one JSON string value). It is called once per key, with a random marker for the
-    text; the frame is split around the marker and :meth:`frame` fills the gap.
+    (as one JSON string value); for :meth:`numbered` frames it is ``build(key, number,
+    text)``, ``number`` standing where a JSON number goes (a Responses event's
+    ``sequence_number``). It is called once per key, with random markers (strings) for the
+    values; the frame is cut at the markers, and :meth:`frame` / :meth:`numbered` fill the
+    gaps, so a frame costs one string escape and one concatenation.
     """
 
-    def __init__(self, build: Callable[[Key, str], str]) -> None:
+    def __init__(self, build: Callable[[Key, str], str] | Callable[[Key, str, str], str]) -> None:
         self._build = build
-        self._split: dict[Key, tuple[str, str]] = {}
+        self._parts: dict[Key, tuple[str, ...]] = {}
 
     def frame(self, key: Key, text: str) -> str:
         """The frame of shape ``key`` holding ``text``."""
-        split = self._split.get(key)
-        if split is None:
-            split = self._split[key] = self._split_around_marker(key)
-        return f"{split[0]}{encode_basestring(text)}{split[1]}"
+        parts = self._parts.get(key)
+        if parts is None:
+            parts = self._parts[key] = self._cut(key, 1)
+        return f"{parts[0]}{encode_basestring(text)}{parts[1]}"
 
-    def _split_around_marker(self, key: Key) -> tuple[str, str]:
-        while True:  # a marker that the rest of the frame (ids, model name) does not hold
-            marker = secrets.token_hex(16)
-            frame = self._build(key, marker)
-            before, found, after = frame.partition(encode_basestring(marker))
-            if not found:
-                raise ValueError(f"the frame of {key!r} does not hold its text as one string")
-            if marker not in before and marker not in after:
-                return before, after
+    def numbered(self, key: Key, number: int, text: str) -> str:
+        """The frame of shape ``key`` holding ``number`` and ``text``."""
+        parts = self._parts.get(key)
+        if parts is None:
+            parts = self._parts[key] = self._cut(key, 2)
+        return f"{parts[0]}{number}{parts[1]}{encode_basestring(text)}{parts[2]}"
+
+    def _cut(self, key: Key, gaps: int) -> tuple[str, ...]:
+        """The frame of ``key`` cut at its ``gaps`` values (in the order they are passed)."""
+        while True:  # markers that the rest of the frame (ids, model name) does not hold
+            markers = [secrets.token_hex(16) for _ in range(gaps)]
+            rest = self._build(key, *markers)
+            parts: list[str] = []
+            for marker in markers:
+                before, found, rest = rest.partition(encode_basestring(marker))
+                if not found:
+                    raise ValueError(
+                        f"the frame of {key!r} does not hold its values as strings, in order"
+                    )
+                parts.append(before)
+            parts.append(rest)
+            if not any(marker in part for marker in markers for part in parts):
+                return tuple(parts)

@@ -26,7 +26,6 @@ from dsmlkit.api import (
     openai_response,
     responses_response,
     sse_anthropic,
-    sse_event,
     sse_openai,
 )
 from dsmlkit.api.common import Api
@@ -176,38 +175,24 @@ class _AnthropicFrames(_SseFrames):
         return self._stream.finish_sse(usage, stop_sequence=stop_sequence)
 
 
-class _ResponsesFrames:
+class _ResponsesFrames(_SseFrames):
+    """A Responses stream ends in its own events, failed ones too, and keeps its response."""
+
     def __init__(
         self, req: ResponsesRequest, response_id: str, created: int, seal_key: bytes | None
     ) -> None:
         self._stream = ResponsesStream(req, id=response_id, created_at=created, seal_key=seal_key)
-        self._response: dict[str, Any] | None = None
-
-    @staticmethod
-    def _frames(events: list[dict[str, Any]]) -> list[str]:
-        return [sse_event(event["type"], event) for event in events]
-
-    def start(self) -> list[str]:
-        return self._frames(self._stream.start())
-
-    def feed(self, events: Sequence[Event]) -> list[str]:
-        return self._frames(self._stream.feed(list(events)))
+        super().__init__("responses", self._stream)
 
     def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]:
-        events = self._stream.finish(usage)
-        self._response = events[-1]["response"]
-        return self._frames(events)
+        return self._stream.finish_sse(usage)
 
     def fail(self, err: ApiError, request_id: str) -> list[str]:
-        return self._frames(self._stream.fail(str(err)))
-
-    @property
-    def diagnostics(self) -> tuple[Diagnostic, ...]:
-        return tuple(self._stream.diagnostics)
+        return self._stream.fail_sse(str(err))
 
     @property
     def response(self) -> dict[str, Any] | None:
-        return self._response
+        return self._stream.response
 
 
 def stream_frames(
