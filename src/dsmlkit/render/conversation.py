@@ -49,11 +49,26 @@ _IMAGE_TYPES = ("image_url", "image")
 
 # One encoder for every call: json.dumps builds a new one each time it gets options.
 _JSON = json.JSONEncoder(ensure_ascii=False)
+# The C encoder json.dumps runs, made once. Without the circular-reference check it can be
+# reused; a circular value recurses until RecursionError, and then _JSON reports it as
+# json.dumps does. None where the C accelerator is missing.
+_ENCODE = (
+    json.encoder.c_make_encoder(
+        None, _JSON.default, json.encoder.encode_basestring, None, ": ", ", ", False, False, True
+    )
+    if json.encoder.c_make_encoder is not None
+    else None
+)
 
 
 def to_json(value: Any) -> str:
     """JSON as the reference encoders write it: ``json.dumps(value, ensure_ascii=False)``."""
-    return _JSON.encode(value)
+    if _ENCODE is None:
+        return _JSON.encode(value)
+    try:
+        return "".join(_ENCODE(value, 0))
+    except RecursionError:
+        return _JSON.encode(value)
 
 
 @dataclass(frozen=True)

@@ -556,26 +556,35 @@ class _Writer:
                 )
 
     def _calls_block(self, message: Message) -> None:
+        """The calls as one block. Its text alternates template markup (even items) and the
+        caller's names, keys and values (odd items); split at the markup's markers it is
+        written in one go, unless a caller's string holds the marker itself."""
         markup = self._markup
         out = self.out
         start = out.length
         holds_markup = False
-        out.template(markup.block_open)
+        texts = [markup.block_open]
         for i, call in enumerate(message.tool_calls):
-            out.template(markup.next_invoke_open if i else markup.invoke_open)
-            out.text(call.name)
+            texts[-1] += markup.next_invoke_open if i else markup.invoke_open
+            texts.append(call.name)
             opener, closer = markup.first_parameter_open, markup.invoke_close_bare
             for key, value in call.arguments.items():
-                is_string = isinstance(value, str)
-                text = value if is_string else to_json(value)
+                if isinstance(value, str):
+                    text, kind = value, markup.string_value
+                else:
+                    text, kind = to_json(value), markup.json_value
                 if "DSML" in text:
                     holds_markup = True
                     self._note_closing_sequence(message, i, key, text)
-                out.template(opener)
-                out.text(f"{key}{markup.string_value if is_string else markup.json_value}{text}")
+                texts += (opener, key, kind, text)
                 opener, closer = markup.next_parameter_open, markup.invoke_close
-            out.template(closer)
-        out.template(markup.block_close)
+            texts.append(closer)
+        texts[-1] += markup.block_close
+        if MARKER in "".join(texts[1::2]):
+            for j, text in enumerate(texts):
+                (out.text if j % 2 else out.template)(text)
+        else:
+            out.between(MARKER, "".join(texts).split(MARKER))
         if holds_markup:
             self._read_backs.append(_ReadBack(message, start, out.length))
 
