@@ -10,7 +10,6 @@ unflagged pieces are joined, so the pieces stay few.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain, repeat
 
 from dsmlkit.render.templates import SPECIAL_TOKEN_PATTERN
 
@@ -73,32 +72,34 @@ class PromptBuilder:
             self._text_run.append(text)
 
     def between(self, token: str, runs: Sequence[str]) -> None:
-        """Append ``runs`` joined by the special ``token``: the caller's text and template
-        text without special tokens in the runs, the template's ``token`` between them.
+        """Append ``runs`` with the special ``token`` between neighbours; the runs hold no
+        special token (nor ``token``), the middle ones are not empty.
 
         What template and text writes of the same text give, in one write: a caller who
-        knows where the template's tokens are (a block whose text holds no other copy of
+        knows where the template's tokens are (a block whose caller text holds no copy of
         ``token``) splits it there and hands over the runs.
         """
-        if len(runs) < 2 or "" in runs[1:-1]:
-            for i, run in enumerate(runs):
-                if i:
-                    self.template(token)
-                self.text(run)
+        last = len(runs) - 1
+        self.length += sum(map(len, runs)) + len(token) * last
+        if last < 1:
+            if runs and runs[0]:
+                self._text_run.append(runs[0])
             return
-        self.length += sum(map(len, runs)) + len(token) * (len(runs) - 1)
+        text_run = self._text_run
         if runs[0]:
-            self._text_run.append(runs[0])
-        if self._text_run:
-            self._pieces.append(("".join(self._text_run), False))
-            self._text_run.clear()
+            text_run.append(runs[0])
+        pieces = self._pieces
+        if text_run:
+            pieces.append(("".join(text_run), False))
+            text_run.clear()
         special = (token, True)
-        self._pieces.append(special)
-        self._pieces.extend(
-            chain.from_iterable(zip(zip(runs[1:-1], repeat(False)), repeat(special)))
-        )
-        if runs[-1]:
-            self._text_run.append(runs[-1])
+        append = pieces.append
+        append(special)
+        for i in range(1, last):
+            append((runs[i], False))
+            append(special)
+        if runs[last]:
+            text_run.append(runs[last])
 
     def pieces(self) -> tuple[Piece, ...]:
         """The pieces so far; their texts concatenate to the prompt."""

@@ -562,31 +562,39 @@ class _Writer:
         markup = self._markup
         out = self.out
         start = out.length
-        holds_markup = False
+        string_value, json_value = markup.string_value, markup.json_value
         texts = [markup.block_open]
         for i, call in enumerate(message.tool_calls):
             texts[-1] += markup.next_invoke_open if i else markup.invoke_open
             texts.append(call.name)
-            opener, closer = markup.first_parameter_open, markup.invoke_close_bare
+            opener = markup.first_parameter_open
             for key, value in call.arguments.items():
                 if isinstance(value, str):
-                    text, kind = value, markup.string_value
+                    texts += (opener, key, string_value, value)
                 else:
-                    text, kind = to_json(value), markup.json_value
-                if "DSML" in text:
-                    holds_markup = True
-                    self._note_closing_sequence(message, i, key, text)
-                texts += (opener, key, kind, text)
-                opener, closer = markup.next_parameter_open, markup.invoke_close
-            texts.append(closer)
+                    texts += (opener, key, json_value, to_json(value))
+                opener = markup.next_parameter_open
+            texts.append(markup.invoke_close if call.arguments else markup.invoke_close_bare)
         texts[-1] += markup.block_close
-        if MARKER in "".join(texts[1::2]):
+        caller_text = "".join(texts[1::2])
+        if MARKER in caller_text:
             for j, text in enumerate(texts):
                 (out.text if j % 2 else out.template)(text)
         else:
             out.between(MARKER, "".join(texts).split(MARKER))
-        if holds_markup:
+        if "DSML" in caller_text and self._values_hold_markup(message):
             self._read_backs.append(_ReadBack(message, start, out.length))
+
+    def _values_hold_markup(self, message: Message) -> bool:
+        """Whether a value holds DSML text; a value with the closing sequence is noted."""
+        holds_markup = False
+        for i, call in enumerate(message.tool_calls):
+            for key, value in call.arguments.items():
+                text = value if isinstance(value, str) else to_json(value)
+                if "DSML" in text:
+                    holds_markup = True
+                    self._note_closing_sequence(message, i, key, text)
+        return holds_markup
 
     def _note_closing_sequence(self, message: Message, i: int, key: str, text: str) -> None:
         if self._closing_sequence.search(text):
