@@ -68,6 +68,7 @@ def _raises(param: str, words: str, messages: Any, **options: Any) -> None:
         ),
         ([{"role": "developer", "content": ""}], "messages[0].content", "needs text"),
         ([{"role": "user", "content": "x", "task": "dance"}], "messages[0].task", "action"),
+        ([{"role": "user", "content": "x", "task": ["action"]}], "messages[0].task", "action"),
         (
             [{"role": "user", "content": "x", "tools": []}],
             "messages[0].tools",

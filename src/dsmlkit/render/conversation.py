@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, TypeAlias
 
@@ -52,11 +52,12 @@ _JSON = json.JSONEncoder(ensure_ascii=False)
 # The C encoder json.dumps runs, made once. Without the circular-reference check it can be
 # reused; a circular value recurses until RecursionError, and then _JSON reports it as
 # json.dumps does. None where the C accelerator is missing.
+_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
 _ENCODE = (
-    json.encoder.c_make_encoder(
+    _C_ENCODER(
         None, _JSON.default, json.encoder.encode_basestring, None, ": ", ", ", False, False, True
     )
-    if json.encoder.c_make_encoder is not None
+    if _C_ENCODER is not None
     else None
 )
 
@@ -363,53 +364,73 @@ def _merge_assistants(messages: Sequence[Message]) -> list[Message]:
 
 def _answer_calls(messages: Sequence[Message]) -> tuple[Message, ...]:
     """Match every tool message to a call of the latest assistant turn (see above)."""
-    waiting: list[HistoryCall] = []
-    answered: set[str] = set()
-    calls: tuple[HistoryCall, ...] = ()
+    open_calls = _OpenCalls(())
     result: list[Message] = []
     for message in messages:
         if message.role == "assistant":
-            calls, waiting, answered = message.tool_calls, list(message.tool_calls), set()
+            open_calls = _OpenCalls(message.tool_calls)
         elif message.role == "tool":
-            message = _answer(message, calls, waiting, answered)
+            message = open_calls.answer(message)
         result.append(message)
     return tuple(result)
 
 
-def _answer(
-    message: Message, calls: Sequence[HistoryCall], waiting: list[HistoryCall], answered: set[str]
-) -> Message:
-    call_id = message.tool_call_id
-    id_where = message.id_param or f"{message.param}.tool_call_id"
-    if call_id is not None and call_id in answered:
-        raise InvalidRequest(f"call {call_id!r} already has a result", id_where)
-    if not waiting:
-        if call_id is not None:
+class _OpenCalls:
+    """The calls of one assistant turn and which of them still wait for a result.
+
+    Each answer costs the same however many calls the turn has.
+    """
+
+    def __init__(self, calls: Sequence[HistoryCall]) -> None:
+        self.calls = calls
+        self.waiting = set(range(len(calls)))  # positions of unanswered calls
+        self.first_waiting = 0  # no position before it is waiting
+        self.answered: set[str] = set()
+        self.has_ids = any(call.id for call in calls)
+        self.position_of: dict[str, int] = {}  # an id → the position of its first call
+        for i, call in enumerate(calls):
+            if call.id is not None:
+                self.position_of.setdefault(call.id, i)
+
+    def answer(self, message: Message) -> Message:
+        """``message`` (a tool result) with the id of the call it answers, which is done."""
+        call_id = message.tool_call_id
+        id_where = message.id_param or f"{message.param}.tool_call_id"
+        if call_id is not None and call_id in self.answered:
+            raise InvalidRequest(f"call {call_id!r} already has a result", id_where)
+        if not self.waiting:
+            if call_id is not None:
+                raise InvalidRequest(
+                    f"tool_call_id {call_id!r} answers no tool call of the preceding assistant "
+                    "message",
+                    id_where,
+                )
+            problem = "more tool results than" if self.calls else "a tool result without"
             raise InvalidRequest(
-                f"tool_call_id {call_id!r} answers no tool call of the preceding assistant message",
-                id_where,
+                f"{problem} tool calls in the preceding assistant message", message.param
             )
-        problem = "more tool results than" if calls else "a tool result without"
-        raise InvalidRequest(
-            f"{problem} tool calls in the preceding assistant message", message.param
-        )
-    call = waiting[0]
-    if call_id is not None and any(known.id for known in calls):
-        matching = [known for known in waiting if known.id == call_id]
-        if not matching:
-            ids = ", ".join(known.id for known in calls if known.id)
-            raise InvalidRequest(
-                f"tool_call_id {call_id!r} matches no call of the preceding assistant "
-                f"message (its calls: {ids})",
-                id_where,
-            )
-        call = matching[0]
-    waiting.remove(call)
-    if call.id is not None:
-        answered.add(call.id)
-    if call_id is None and call.id is not None:
-        return replace(message, tool_call_id=call.id)
-    return message
+        while self.first_waiting not in self.waiting:
+            self.first_waiting += 1
+        position = self.first_waiting
+        if call_id is not None and self.has_ids:
+            # A call leaves the waiting ones only when answered, and its id with it: an id
+            # not answered yet still has its first call waiting.
+            found = self.position_of.get(call_id)
+            if found is None:
+                ids = ", ".join(known.id for known in self.calls if known.id)
+                raise InvalidRequest(
+                    f"tool_call_id {call_id!r} matches no call of the preceding assistant "
+                    f"message (its calls: {ids})",
+                    id_where,
+                )
+            position = found
+        self.waiting.remove(position)
+        call = self.calls[position]
+        if call.id is not None:
+            self.answered.add(call.id)
+        if call_id is None and call.id is not None:
+            return replace(message, tool_call_id=call.id)
+        return message
 
 
 # --- the canonical form --------------------------------------------------------------
@@ -422,8 +443,14 @@ def read_messages(messages: Any, notes: list[str]) -> list[Message]:
     return [_message(raw, f"messages[{index}]", notes) for index, raw in enumerate(messages)]
 
 
+#: Message fields most messages leave out; they are read when one is there.
+_RARE_FIELDS = frozenset(
+    ("tools", "response_format", "task", "prefix", "is_error", "wo_eos", "name")
+)
+
+
 def _message(raw: Any, where: str, notes: list[str]) -> Message:
-    if not isinstance(raw, Mapping):
+    if raw.__class__ is not dict and not isinstance(raw, Mapping):
         raise InvalidRequest("expected a message object", where)
     role = raw.get("role")
     if role not in ROLES:
@@ -432,39 +459,52 @@ def _message(raw: Any, where: str, notes: list[str]) -> Message:
         )
     content = raw.get("content")
     parts = _content(content, role, where)
-    for field in ("tools", "response_format"):
-        if raw.get(field) is not None and role not in ("system", "developer"):
-            raise InvalidRequest(
-                f"{field} belongs on a system or developer message (or on the request)",
-                f"{where}.{field}",
-            )
+    rare = not _RARE_FIELDS.isdisjoint(raw)
+    if rare and role not in ("system", "developer"):
+        for field in ("tools", "response_format"):
+            if raw.get(field) is not None:
+                raise InvalidRequest(
+                    f"{field} belongs on a system or developer message (or on the request)",
+                    f"{where}.{field}",
+                )
     if role == "developer" and not any(isinstance(p, TextPart) and p.text for p in parts):
         raise InvalidRequest("a developer message needs text content", f"{where}.content")
-    task = raw.get("task")
-    if task is not None and (role not in ("user", "developer") or task not in TASK_TOKENS):
+    task = raw.get("task") if rare else None
+    if task is not None and (
+        role not in ("user", "developer") or not isinstance(task, str) or task not in TASK_TOKENS
+    ):
         raise InvalidRequest(
             f"task must be one of {', '.join(TASK_TOKENS)} on a user or developer message",
             f"{where}.task",
         )
-    tool_calls = raw.get("tool_calls") if role == "assistant" else None
-    prefix = _flag(raw.get("prefix"), f"{where}.prefix")
+    prefix = rare and _flag(raw.get("prefix"), where, "prefix")
     if prefix and role != "assistant":
         raise InvalidRequest("prefix belongs on an assistant message", f"{where}.prefix")
+    reasoning: str | None = None
+    tool_calls: tuple[HistoryCall, ...] = ()
+    if role == "assistant":
+        reasoning = _reasoning(raw, where)
+        tool_calls = _history_calls(raw.get("tool_calls"), where, notes)
+    tool_call_id = _optional_str(raw.get("tool_call_id"), where, "tool_call_id") or None
+    if not rare:
+        return Message(
+            where, role, parts, reasoning, tool_calls, tool_call_id, plain=isinstance(content, str)
+        )
     return Message(
         where,
         role,
         parts,
-        reasoning=_reasoning(raw, where) if role == "assistant" else None,
-        tool_calls=_history_calls(tool_calls, where, notes),
-        tool_call_id=_optional_str(raw.get("tool_call_id"), f"{where}.tool_call_id") or None,
-        is_error=_flag(raw.get("is_error"), f"{where}.is_error"),
+        reasoning,
+        tool_calls,
+        tool_call_id,
+        is_error=_flag(raw.get("is_error"), where, "is_error"),
         tools=read_tools(raw.get("tools"), f"{where}.tools"),
         response_format=read_response_format(
             raw.get("response_format"), f"{where}.response_format"
         ),
         task=task,
-        wo_eos=_flag(raw.get("wo_eos"), f"{where}.wo_eos"),
-        name=_optional_str(raw.get("name"), f"{where}.name") if role != "tool" else None,
+        wo_eos=_flag(raw.get("wo_eos"), where, "wo_eos"),
+        name=_optional_str(raw.get("name"), where, "name") if role != "tool" else None,
         plain=isinstance(content, str),
         prefix=prefix,
     )
@@ -515,7 +555,7 @@ def tool_reference(raw: Mapping[str, Any], where: str) -> ToolReferencePart:
 
 def _reasoning(raw: Mapping[str, Any], where: str) -> str | None:
     key = "reasoning_content" if raw.get("reasoning_content") is not None else "reasoning"
-    return _optional_str(raw.get(key), f"{where}.{key}")
+    return _optional_str(raw.get(key), where, key)
 
 
 def _history_calls(raw: Any, where: str, notes: list[str]) -> tuple[HistoryCall, ...]:
@@ -526,7 +566,9 @@ def _history_calls(raw: Any, where: str, notes: list[str]) -> tuple[HistoryCall,
     calls = []
     for i, call in enumerate(raw):
         call_where = f"{where}.tool_calls[{i}]"
-        if not isinstance(call, Mapping) or not isinstance(call.get("function"), Mapping):
+        is_object = call.__class__ is dict or isinstance(call, Mapping)
+        function = call.get("function") if is_object else None
+        if function.__class__ is not dict and not isinstance(function, Mapping):
             raise InvalidRequest(
                 'expected {"type": "function", "function": {"name", "arguments"}}', call_where
             )
@@ -534,11 +576,10 @@ def _history_calls(raw: Any, where: str, notes: list[str]) -> tuple[HistoryCall,
             raise InvalidRequest(
                 f"unsupported tool call type {call.get('type')!r}", f"{call_where}.type"
             )
-        function = call["function"]
         name = tool_name(function.get("name"), f"{call_where}.function.name")
         arguments_where = f"{call_where}.function.arguments"
         arguments = history_arguments(function.get("arguments"), arguments_where, notes)
-        call_id = _optional_str(call.get("id"), f"{call_where}.id") or None
+        call_id = _optional_str(call.get("id"), call_where, "id") or None
         calls.append(HistoryCall(call_id, name, arguments))
     return check_call_ids(calls, f"{where}.tool_calls")
 
@@ -565,7 +606,7 @@ def history_arguments(raw: Any, where: str, notes: list[str]) -> Mapping[str, An
         if not isinstance(value, str):
             break
         try:
-            value = json.loads(value)
+            value = _loads(value)
         except ValueError:
             break
     if isinstance(value, dict):
@@ -575,6 +616,23 @@ def history_arguments(raw: Any, where: str, notes: list[str]) -> Mapping[str, An
         "'arguments' holding the raw value"
     )
     return {"arguments": raw}
+
+
+#: What json.loads runs on the text after its checks (the C scanner, where there is one).
+_SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _loads(text: str) -> Any:
+    """``json.loads(text)``; an object with nothing around it goes to the scanner directly."""
+    if text[:1] == "{":
+        try:
+            value, end = _SCAN(text, 0)
+        except (StopIteration, ValueError):
+            pass
+        else:
+            if end == len(text):
+                return value
+    return json.loads(text)
 
 
 def tool_name(name: Any, where: str) -> str:
@@ -610,10 +668,8 @@ def read_tools(raw: Any, where: str) -> tuple[Tool, ...]:
         if not isinstance(item.get("function"), Mapping):
             raise InvalidRequest(expected, tool_where)
         function = dict(item["function"])
-        deferred = _flag(item.get("defer_loading"), f"{tool_where}.defer_loading")
-        deferred |= _flag(
-            function.pop("defer_loading", None), f"{tool_where}.function.defer_loading"
-        )
+        deferred = _flag(item.get("defer_loading"), tool_where, "defer_loading")
+        deferred |= _flag(function.pop("defer_loading", None), tool_where, "function.defer_loading")
         tools.append(tool(function, deferred, f"{tool_where}.function.name"))
     return tuple(tools)
 
@@ -642,15 +698,17 @@ def read_response_format(raw: Any, where: str) -> Mapping[str, Any] | None:
     return raw
 
 
-def _optional_str(raw: Any, where: str) -> str | None:
+def _optional_str(raw: Any, where: str, key: str) -> str | None:
+    """The member ``key`` of the object at ``where``: a string or None."""
     if raw is not None and not isinstance(raw, str):
-        raise InvalidRequest("expected a string", where)
+        raise InvalidRequest("expected a string", f"{where}.{key}")
     return raw
 
 
-def _flag(raw: Any, where: str) -> bool:
+def _flag(raw: Any, where: str, key: str) -> bool:
+    """The member ``key`` of the object at ``where``: true or false (None: false)."""
     if raw is None:
         return False
     if not isinstance(raw, bool):
-        raise InvalidRequest("expected true or false", where)
+        raise InvalidRequest("expected true or false", f"{where}.{key}")
     return raw
