@@ -29,11 +29,13 @@ The machine finds markup only; what a call's arguments are is the business of
 :class:`~dsmlkit.parse.arguments.ArgumentsBuilder`, which it feeds (parameter opened, value
 text, closed, JSON body, call ended).
 
-Scanning is linear: text states and values jump between ``<`` characters with
-``str.find``; at a ``<`` the :class:`~dsmlkit.parse.scanner.TagScanner` recognises at most
-one tag of bounded length. What is held back is bounded: up to two newlines (the ``\\n\\n``
-before a block opener belongs to the markup), one tag, or a closer plus the tags that
-decide it (each gap at most :data:`MAX_FOLLOWER_GAP` whitespace characters).
+Scanning is linear: text states and values jump with ``TagScanner.find`` (``str.find``
+and one compiled regex) to the next ``<`` that may start a tag, so any other ``<`` (HTML,
+code) costs nothing; at such a ``<`` the :class:`~dsmlkit.parse.scanner.TagScanner`
+recognises at most one tag of bounded length. What is held back is bounded: up to two
+newlines (the ``\\n\\n`` before a block opener belongs to the markup), one tag, or a closer
+plus the tags that decide it (each gap at most :data:`MAX_FOLLOWER_GAP` whitespace
+characters).
 
 Structural closing tags (parsing.md §2). Inside a value only a parameter closer can end
 the value, and only when what follows it (after whitespace) is a complete parameter
@@ -323,8 +325,9 @@ class Parser:
     def _text(self) -> bool:
         buf, pos = self._buf, self._pos
         lt, tag = pos - 1, None
+        find = self._scanner.find
         while tag is None:  # a '<' that starts no tag is text: look further
-            lt = buf.find("<", lt + 1)
+            lt = find(buf, lt + 1)
             if lt < 0:
                 break
             tag = self._scan(buf, lt)
@@ -437,7 +440,7 @@ class Parser:
             self._go(_JSON_BODY)
             self._json_depth, self._json_in_string = 0, False
             return True
-        lt = buf.find("<", pos + 1)
+        lt = self._scanner.find(buf, pos + 1)
         end = len(buf) if lt < 0 else lt
         self._stray.append(buf[pos:end])
         self._pos = end
@@ -501,9 +504,10 @@ class Parser:
         buf = self._buf
         call = self._call
         assert call is not None
+        find = self._scanner.find
         start = search = self._pos
         while True:
-            lt = buf.find("<", search)
+            lt = find(buf, search)
             if lt < 0:
                 call.value_text(buf[start:])
                 self._pos = len(buf)

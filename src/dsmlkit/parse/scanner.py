@@ -8,7 +8,8 @@
 
 Tags are short (capped at :data:`MAX_TAG_LENGTH` characters), so scanning one from its
 ``<`` again when more text arrives costs a bounded amount; the parser never rescans
-anything else.
+anything else. :meth:`TagScanner.find` tells the parser where the next ``<`` that may
+start a tag is, so it never scans a ``<`` that cannot (most of those in HTML or code).
 
 The grammar is data built from a :class:`~dsmlkit.dialects.Dialect` and the ``strict``
 flag. Lenient (default): every dialect's tag names with 0–2 spaces after the marker,
@@ -121,6 +122,28 @@ def _optional(atoms: list[_Atom]) -> _Atom:
 _ANY_VALUE: _Atom = (r'"([^"\n]*)"', r'(?:"[^"\n]*)?')
 _LOOSE_STRING_ATTR = [_WS1, _literal("string"), *_EQ, _ANY_VALUE]
 
+# Where a tag may start: a '<' followed by a marker's bars (after an optional '/' and up to
+# three spaces; EOS starts that way too), by ``think>``/``/think>`` or a plain
+# ``/parameter>``, or by a prefix of one of these that the text ends in. Every '<' that
+# ``TagScanner.scan`` answers with anything but None matches, in every grammar.
+_SPACES = f" {{1,{_MAX_MARKER_SPACES + 1}}}"
+_MARKER_START = f"[{_LENIENT_BARS}]|{_SPACES}(?:[{_LENIENT_BARS}]|\\Z)"
+_THINK_START = f"t(?:hink>|{_literal('hink')[1]}\\Z)"
+_PLAIN_START = f"p(?:arameter>|{_literal('arameter')[1]}\\Z)"
+_TAG_START = re.compile(
+    f"<(?:{_MARKER_START}|/(?:{_MARKER_START}|{_THINK_START}|{_PLAIN_START}|\\Z)"
+    f"|{_THINK_START}|\\Z)"
+)
+#: Past this many characters after a '<', ``TagScanner.find`` looks for the rarer
+#: characters a tag needs (its bars, ``think>``, ``</parameter>``) instead of at each '<'.
+_FAR = 256
+#: A '<' this close to the end may start a tag that is still arriving.
+_NEAR_END = 1 + len(_PLAIN_PARAM_CLOSE) + 1
+#: How far before its first bar a marker's '<' can be (``</   |``).
+_BAR_REACH = 2 + _MAX_MARKER_SPACES + 1
+_THINK_WORD = THINK_OPEN[1:]
+_PLAIN_CLOSE_TAG = "</" + _PLAIN_PARAM_CLOSE
+
 _CLOSE_ATTRS = _attr_patterns(_END)
 _INVOKE_ATTRS = _attr_patterns(_NAME_ATTR + _END)
 _PARAM_ATTRS = _attr_patterns(_NAME_ATTR + _STRING_ATTR + _END)
@@ -201,6 +224,78 @@ class TagScanner:
         # What may follow '<' in any tag (a fast "not a tag" for ordinary '<' in text).
         bars = _LENIENT_BARS + " " if grammar.lenient else _BARS
         self._second = frozenset(bars + "/" + THINK_OPEN[1] + EOS[1])
+        self._text = ""  # the text ``find`` last searched far ahead in, and what it found
+        self._found: dict[str, tuple[int, int]] = {}
+
+    def find(self, text: str, start: int) -> int:
+        """Index of the first ``<`` at or after ``start`` that may start a tag, or -1.
+
+        :meth:`scan` answers None at every ``<`` before it (the ``<`` found may still start
+        no tag). One regex looks at the next :data:`_FAR` characters; past them the search
+        jumps between the characters every tag needs, so an ordinary ``<`` costs nothing.
+        What it found in a text is remembered: searching one text from left to right reads
+        it once.
+        """
+        lt = text.find("<", start)
+        if lt < 0:
+            return lt
+        # In the window, a tag cut by the window's end still matches (as a prefix at \Z).
+        window = lt + _FAR
+        match = _TAG_START.search(text, lt, window)
+        if match is not None:
+            return match.start()
+        lt = text.find("<", window)
+        if lt < 0:
+            return lt
+        if text is not self._text:
+            self._text, self._found = text, {}
+        found = [
+            at
+            for at in (
+                self._after_bar(text, lt),
+                self._think(text, lt),
+                self._next(text, _PLAIN_CLOSE_TAG, lt),
+                text.find("<", max(lt, len(text) - _NEAR_END)),
+            )
+            if at >= 0
+        ]
+        return min(found, default=-1)
+
+    def _next(self, text: str, needle: str, at: int) -> int:
+        """``text.find(needle, at)``, answered from memory when an earlier search covers it."""
+        searched_from, position = self._found.get(needle, (-1, -1))
+        if 0 <= searched_from <= at and (position < 0 or position >= at):
+            return position
+        position = text.find(needle, at)
+        self._found[needle] = (at, position)
+        return position
+
+    def _after_bar(self, text: str, lt: int) -> int:
+        """The first '<' from ``lt`` that the bars of a marker follow (see ``_TAG_START``)."""
+        while True:
+            bars = [b for b in (self._next(text, bar, lt + 1) for bar in _LENIENT_BARS) if b >= 0]
+            if not bars:
+                return -1
+            bar = min(bars)
+            before = text.rfind("<", max(lt, bar - _BAR_REACH), bar)
+            if before >= 0 and _TAG_START.match(text, before):
+                return before
+            # A marker whose bars come later starts after this bar.
+            lt = text.find("<", bar + 1)
+            if lt < 0:
+                return -1
+
+    def _think(self, text: str, lt: int) -> int:
+        """The first ``<think>`` or ``</think>`` from ``lt``."""
+        at = lt + 1
+        while True:
+            word = self._next(text, _THINK_WORD, at)
+            if word < 0:
+                return -1
+            before = text.rfind("<", max(lt, word - 2), word)
+            if before >= 0 and text[before + 1 : word] in ("", "/"):
+                return before
+            at = word + 1
 
     def scan(
         self, text: str, start: int, final: bool, *, in_value: bool = False
