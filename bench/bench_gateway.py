@@ -1,24 +1,37 @@
 """Gateway benchmark: concurrent streams through ``dsmlkit serve`` against the fake engine.
 
-Three processes on loopback: the fake engine (tests/server/fake_engine.py, in a subprocess
-of this script), the gateway (``python -m dsmlkit serve --upstream …``) and the clients
-(here, asyncio + httpx). Every engine chunk that carries visible text is tagged
-``~NNNN`` (its position); the engine notes when it sends each chunk, the client when it
-receives the gateway event holding the tag, so each chunk's engine→client latency is known.
-The same load is first sent straight to the engine (the baseline), then through the gateway;
-"added latency" is the difference. The gateway's CPU time comes from /proc.
+Processes on loopback: the fake engine (tests/server/fake_engine.py, in a subprocess of this
+script), the gateway (``python -m dsmlkit serve --upstream …``), with ``--peers`` the LiteLLM
+proxy in front of the same engine, and the clients (here, asyncio + httpx). Every engine
+chunk that carries visible text is tagged ``~NNNN``; the engine notes when it sends each
+tag, the client when it receives the event holding it, so each chunk's engine→client
+latency is known. Each load is first sent straight to the engine (the baseline), then
+through each gateway; "added latency" is the difference. CPU time comes from /proc (a
+process and its children, so ``--workers`` and LiteLLM's workers count).
 
-A fixed number of requests is sent; the script stops by itself and prints its figures:
+Phases, each a fixed amount of work (the script stops by itself and prints its figures):
 
-    python bench/bench_gateway.py                 # 64 streams, 256 requests, OpenAI API
+* stream: ``--streams`` concurrent streams, ``--requests`` requests of 110 engine chunks
+  (a thinking-mode V4.1 answer with one streamed tool call), one chunk every ``--interval``;
+  gateway CPU per client chunk, latency p50/p99 and what the gateway adds;
+* small: ``--small`` requests one after another (one user turn, five chunks at once);
+  gateway CPU per request: setup, render, tokenize, the upstream request, five chunks;
+* together: ``--together`` small requests sent at the same moment, several rounds; the
+  spread of their times to the first chunk (what one waits for another's setup), beside
+  the same spread straight to the engine;
+* hold: ``--hold`` concurrent streams (one chunk every 0.5 s, ten chunks) through a gateway
+  started with ``--workers 2``; how many completed, how many were lost.
+
+    python bench/bench_gateway.py                 # OpenAI API
     python bench/bench_gateway.py --api anthropic
+    python bench/bench_gateway.py --peers         # also the LiteLLM proxy (scratch venv)
+    python bench/bench_gateway.py --profile FILE  # py-spy stacks of the stream phase
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import os
 import re
@@ -29,6 +42,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +55,17 @@ sys.path.insert(0, str(ROOT))
 from dsmlkit.dialects import V4_1  # noqa: E402
 
 TAG = re.compile(r"~(\d{4})")
+#: Every request's user turn names its kind and number; the engine picks its reply by it.
+MARK = re.compile(r"(Stream|Small|Held) request (\d+):")
+#: The sampling profiler for ``--profile`` (``pip install py-spy``, into any venv).
+PY_SPY = os.environ.get("PY_SPY", "py-spy")
+#: The scratch venv ``--peers`` installs LiteLLM into (gitignored; never a dependency).
+LITELLM_VENV = ROOT / ".peers-litellm"
+#: The proxy's master key; every client sends it (the open dsmlkit gateway ignores it).
+LITELLM_KEY = "sk-bench-" + os.urandom(16).hex()
+HOLD_INTERVAL, HOLD_CHUNKS, HOLD_WORKERS = 0.5, 10, 2
+
+Job = tuple[str, dict[str, Any], str]  # url, body, request key ("Stream 12")
 
 
 def reply_pieces(reasoning: int, content: int, argument: int) -> tuple[str, ...]:
@@ -64,27 +90,48 @@ def reply_pieces(reasoning: int, content: int, argument: int) -> tuple[str, ...]
     return tuple(pieces)
 
 
-def prompt_key(prompt: Any) -> str:
-    return hashlib.sha1(json.dumps(prompt).encode()).hexdigest()
+SMALL_PIECES = ("Hi", " ~0000 there", ", how", " can I", " help?")
+HELD_PIECES = tuple(f"held ~{n:04d} " for n in range(HOLD_CHUNKS))
 
 
 # --- the engine subprocess ----------------------------------------------------------------
 
 
 def serve_engine(port: int, timings_path: str, interval: float, sizes: list[int]) -> None:
-    """Run the fake engine until SIGTERM, then write its send times."""
+    """Run the fake engine until SIGTERM, then write when it sent each tag."""
     import uvicorn
     from tests.server.fake_engine import FakeEngine, Reply
 
     from dsmlkit.cli.serve_cmd import listening_socket
 
+    replies = {
+        "Stream": Reply(pieces=reply_pieces(*sizes), interval=interval),
+        "Small": Reply(pieces=SMALL_PIECES),
+        "Held": Reply(pieces=HELD_PIECES, interval=HOLD_INTERVAL),
+    }
     sent: list[tuple[str, int, float]] = []
-    engine = FakeEngine(default=Reply(pieces=reply_pieces(*sizes), interval=interval))
-    engine.on_chunk = lambda request, index: sent.append(
-        (prompt_key(request["prompt"]), index, time.monotonic())
-    )
+
+    def key_of(request: dict[str, Any]) -> tuple[str, str]:
+        found = MARK.search(json.dumps(request.get("prompt") or request.get("messages")))
+        return (found[1], f"{found[1]} {found[2]}") if found else ("Stream", "?")
+
+    class BenchEngine(FakeEngine):
+        def next_reply(self, request: dict[str, Any]) -> Reply:
+            return replies[key_of(request)[0]]
+
+    def on_chunk(request: dict[str, Any], chunk: dict[str, Any]) -> None:
+        now = time.monotonic()
+        for choice in chunk["choices"]:
+            text = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+            sent.extend((key_of(request)[1], int(tag), now) for tag in TAG.findall(text))
+
+    engine = BenchEngine()
+    engine.on_chunk = on_chunk
     sock = listening_socket("127.0.0.1", port)
-    config = uvicorn.Config(engine.app, interface="asgi3", log_level="warning", access_log=False)
+    sock.listen(2048)
+    config = uvicorn.Config(
+        engine.app, interface="asgi3", log_level="warning", access_log=False, backlog=2048
+    )
     server = uvicorn.Server(config)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # for sigwait, in every thread
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]})
@@ -98,42 +145,95 @@ def serve_engine(port: int, timings_path: str, interval: float, sizes: list[int]
 # --- the client side ----------------------------------------------------------------------
 
 
-async def run_load(
-    client: httpx.AsyncClient,
-    jobs: list[tuple[str, dict[str, Any], str]],
-    streams: int,
-) -> tuple[list[tuple[str, int, float]], int, float]:
-    """Send ``jobs`` (url, body, prompt key) over ``streams`` concurrent workers.
+@dataclass
+class Load:
+    """What the clients saw of one load."""
 
-    Returns (tag arrivals, SSE events received, wall seconds).
-    """
-    arrivals: list[tuple[str, int, float]] = []
-    events = 0
-    queue: asyncio.Queue[tuple[str, dict[str, Any], str]] = asyncio.Queue()
-    for job in jobs:
-        queue.put_nowait(job)
+    arrivals: list[tuple[str, int, float]] = field(default_factory=list)
+    first_chunk: list[float] = field(default_factory=list)  # seconds after sending
+    events: int = 0
+    completed: int = 0
+    lost: list[str] = field(default_factory=list)
+    most_open: int = 0
+    wall: float = 0.0
 
-    async def worker() -> None:
-        nonlocal events
-        while not queue.empty():
-            url, body, key = queue.get_nowait()
+
+def finished(line: str) -> bool:
+    return line == "data: [DONE]" or line == "event: message_stop"
+
+
+def failed(line: str) -> bool:
+    return line == "event: error" or line.startswith('data: {"error"')
+
+
+async def run_load(client: httpx.AsyncClient, jobs: list[Job], streams: int) -> Load:
+    """Send ``jobs`` over ``streams`` concurrent workers (all at once if equal)."""
+    load = Load()
+    queue: list[Job] = list(reversed(jobs))
+    open_now = 0
+
+    async def one(url: str, body: dict[str, Any], key: str) -> None:
+        nonlocal open_now
+        sent_at = time.monotonic()
+        ended = errored = False
+        seen = 0  # data events of this request
+        open_now += 1
+        load.most_open = max(load.most_open, open_now)
+        try:
             async with client.stream("POST", url, json=body) as response:
-                response.raise_for_status()
+                if response.status_code != 200:
+                    load.lost.append(f"{key}: HTTP {response.status_code}")
+                    return
                 async for line in response.aiter_lines():
+                    ended = ended or finished(line)
+                    errored = errored or failed(line)
                     if not line.startswith("data:") or line == "data: [DONE]":
                         continue
                     now = time.monotonic()
-                    events += 1
-                    arrivals.extend((key, int(tag), now) for tag in TAG.findall(line))
+                    if not seen:
+                        load.first_chunk.append(now - sent_at)
+                    seen += 1
+                    load.arrivals.extend((key, int(tag), now) for tag in TAG.findall(line))
+        except httpx.HTTPError as exc:
+            load.lost.append(f"{key}: {type(exc).__name__} {exc}")
+            return
+        finally:
+            open_now -= 1
+        load.events += seen
+        if ended and not errored:
+            load.completed += 1
+        else:
+            load.lost.append(f"{key}: {'error event' if errored else 'no end of stream'}")
+
+    async def worker() -> None:
+        while queue:
+            await one(*queue.pop())
 
     started = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(streams)))
-    return arrivals, events, time.monotonic() - started
+    load.wall = time.monotonic() - started
+    return load
+
+
+def process_tree(pid: int) -> list[int]:
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children = (task / "children").read_text().split()
+        for child in children:
+            pids += process_tree(int(child))
+    return pids
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time of ``pid`` and its live descendants."""
+    total = 0
+    for each in process_tree(pid):
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -141,16 +241,17 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
-def wait_until_up(url: str, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
+def wait_until_up(url: str, process: subprocess.Popen[bytes], seconds: float = 60) -> None:
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise SystemExit(f"{url}: the process exited with {process.returncode}")
         try:
-            httpx.get(url, timeout=1)
-            return
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
         except httpx.TransportError:
-            time.sleep(0.1)
+            pass
+        time.sleep(0.2)
     raise SystemExit(f"{url} did not come up")
 
 
@@ -163,8 +264,23 @@ def free_port() -> int:
         return port
 
 
-def request_body(api: str, number: int) -> dict[str, Any]:
-    messages = [{"role": "user", "content": f"Request {number}: write the notes file."}]
+def start_profiler(path: str | None, pid: int) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling ``pid`` into ``path`` (raw collapsed stacks), if asked for."""
+    if path is None:
+        return None
+    command = [PY_SPY, "record", "--pid", str(pid), "--format", "raw", "--output", path]
+    return subprocess.Popen([*command, "--rate", "250", "--nonblocking", "--subprocesses"])
+
+
+def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
+    if profiler is not None:
+        profiler.send_signal(signal.SIGINT)
+        profiler.wait(timeout=60)
+
+
+def request_body(api: str, kind: str, number: int) -> dict[str, Any]:
+    ask = "say hello." if kind == "Small" else "write the notes file."
+    messages = [{"role": "user", "content": f"{kind} request {number}: {ask}"}]
     if api == "openai":
         return {"model": "m", "messages": messages, "stream": True}
     return {
@@ -174,6 +290,74 @@ def request_body(api: str, number: int) -> dict[str, Any]:
         "stream": True,
         "thinking": {"type": "enabled", "budget_tokens": 1024},
     }
+
+
+def uptime() -> str:
+    return "load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+# --- the targets --------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """Something the load is sent to: the engine itself, the gateway, a peer."""
+
+    name: str
+    pid: int
+    job: Callable[[str, int], Job]  # (kind, number) -> job; the engine's needs a render first
+    figures: dict[str, Any] = field(default_factory=dict)
+
+
+class Numbers:
+    """Request numbers, unique over the whole run (the engine keys its timings by them)."""
+
+    def __init__(self) -> None:
+        self.next = 0
+
+    def take(self, count: int) -> range:
+        self.next += count
+        return range(self.next - count, self.next)
+
+
+def start_gateway(port: int, engine_url: str, workers: int) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "dsmlkit", "serve", "--port", str(port)]
+    command += ["--upstream", engine_url, "--workers", str(workers), "--log-level", "warning"]
+    # the per-request log lines are written, then dropped
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_litellm(port: int, engine_url: str, workdir: Path) -> subprocess.Popen[bytes]:
+    """The LiteLLM proxy with one OpenAI-compatible model, ``m``, on the fake engine."""
+    litellm = LITELLM_VENV / "bin" / "litellm"
+    if not litellm.exists():
+        print(f"installing LiteLLM into {LITELLM_VENV} (a scratch venv, never a dependency)")
+        subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
+        pip = [str(LITELLM_VENV / "bin" / "pip"), "install", "-q", "litellm[proxy]"]
+        subprocess.run(pip, check=True)
+    config = workdir / "litellm.yaml"
+    config.write_text(
+        "model_list:\n"
+        "  - model_name: m\n"
+        "    litellm_params:\n"
+        "      model: openai/deepseek-v4.1\n"
+        f"      api_base: {engine_url}/v1\n"
+        "      api_key: none\n"
+        "litellm_settings:\n"
+        "  telemetry: false\n"
+        "  drop_params: true\n"
+    )
+    env = {
+        **os.environ,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no download at start-up
+        "LITELLM_LOG": "ERROR",
+        "LITELLM_MASTER_KEY": LITELLM_KEY,
+    }
+    env.pop("PYTHONPATH", None)
+    command = [str(litellm), "--config", str(config), "--host", "127.0.0.1", "--port", str(port)]
+    return subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=workdir
+    )
 
 
 def main() -> None:
@@ -190,6 +374,16 @@ def main() -> None:
         metavar=("REASONING", "CONTENT", "ARGUMENT"),
         help="tagged chunks per part of each reply",
     )
+    parser.add_argument("--workers", type=int, default=1, help="the gateway's --workers")
+    parser.add_argument("--small", type=int, default=100, help="small requests, one at a time")
+    parser.add_argument("--together", type=int, default=16, help="small requests sent at once")
+    parser.add_argument("--hold", type=int, default=512, help="streams held (0: skip)")
+    parser.add_argument("--peers", action="store_true", help="also the LiteLLM proxy")
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="sample the gateway with py-spy during its stream phase, raw stacks into FILE",
+    )
     parser.add_argument(
         "--serve-engine", nargs=2, metavar=("PORT", "TIMINGS"), help=argparse.SUPPRESS
     )
@@ -201,96 +395,205 @@ def main() -> None:
 
 
 async def benchmark(args: argparse.Namespace) -> None:
-    engine_port, gateway_port = free_port(), free_port()
-    engine_url = f"http://127.0.0.1:{engine_port}"
-    gateway_url = f"http://127.0.0.1:{gateway_port}"
-    timings = Path(tempfile.mkdtemp()) / "engine-times.json"
-    python = sys.executable
+    workdir = Path(tempfile.mkdtemp())
+    timings = workdir / "engine-times.json"
+    ports = {name: free_port() for name in ("engine", "gateway", "hold", "litellm")}
+    urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     sizes = [str(size) for size in args.sizes]
     engine = subprocess.Popen(
-        [
-            python,
-            __file__,
-            "--serve-engine",
-            str(engine_port),
-            str(timings),
-            "--interval",
-            str(args.interval),
-            "--sizes",
-            *sizes,
-        ],
+        [sys.executable, __file__, "--serve-engine", str(ports["engine"]), str(timings)]
+        + ["--interval", str(args.interval), "--sizes", *sizes],
         cwd=ROOT,
     )
-    gateway = subprocess.Popen(
-        [python, "-m", "dsmlkit", "serve", "--port", str(gateway_port), "--upstream", engine_url],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,  # the per-request log lines are written, then dropped
-    )
+    processes = [engine, start_gateway(ports["gateway"], urls["engine"], args.workers)]
+    if args.peers:
+        processes.append(start_litellm(ports["litellm"], urls["engine"], workdir))
+    route = "/v1/chat/completions" if args.api == "openai" else "/v1/messages"
+    numbers = Numbers()
+    limits = httpx.Limits(max_connections=max(args.streams, args.hold) * 2 + 64)
     try:
-        wait_until_up(engine_url + "/", engine)
-        wait_until_up(gateway_url + "/health", gateway)
-        route = "/v1/chat/completions" if args.api == "openai" else "/v1/messages"
-        limits = httpx.Limits(max_connections=args.streams * 2)
-        async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-            direct_jobs, gateway_jobs = [], []
-            for number in range(2 * args.requests + 4):
-                body = request_body(args.api, number)
-                shown = (await client.post(gateway_url + route + "/render", json=body)).json()
-                key = prompt_key(shown["token_ids"])
-                if number < args.requests:
+        wait_until_up(urls["engine"] + "/health", engine)
+        wait_until_up(urls["gateway"] + "/health", processes[1])
+        if args.peers:
+            wait_until_up(urls["litellm"] + "/health/liveliness", processes[2], 180)
+        headers = {"authorization": f"Bearer {LITELLM_KEY}"}
+        async with httpx.AsyncClient(timeout=300, limits=limits, headers=headers) as client:
+            rendered: dict[tuple[str, int], Job] = {}
+
+            async def render(kind: str, numbers_: range) -> None:
+                for number in numbers_:
+                    body = request_body(args.api, kind, number)
+                    url = urls["gateway"] + route + "/render"
+                    shown = (await client.post(url, json=body)).json()
+                    ids = shown["token_ids"]
+                    prompt = ids if ids is not None else shown["prompt"]
                     upstream_body = {
                         "model": "deepseek-v4.1",
-                        "prompt": shown["token_ids"],
+                        "prompt": prompt,
                         "stream": True,
+                        "stream_options": {"include_usage": True},
                         **shown["sampling_params"],
                     }
-                    direct_jobs.append((engine_url + "/v1/completions", upstream_body, key))
-                else:
-                    gateway_jobs.append((gateway_url + route, body, key))
-            warmup, gateway_jobs = gateway_jobs[-4:], gateway_jobs[:-4]
-            await run_load(client, warmup, 4)
-            engine_before = cpu_seconds(engine.pid)
-            direct, direct_events, direct_wall = await run_load(client, direct_jobs, args.streams)
-            engine_cpu = cpu_seconds(engine.pid) - engine_before
-            cpu_before = cpu_seconds(gateway.pid)
-            through, events, wall = await run_load(client, gateway_jobs, args.streams)
-            cpu = cpu_seconds(gateway.pid) - cpu_before
+                    if ids is None:
+                        upstream_body["add_special_tokens"] = False  # as the gateway sends it
+                    rendered[kind, number] = (
+                        urls["engine"] + "/v1/completions",
+                        upstream_body,
+                        f"{kind} {number}",
+                    )
+
+            def through(base: str) -> Callable[[str, int], Job]:
+                def job(kind: str, number: int) -> Job:
+                    return base + route, request_body(args.api, kind, number), f"{kind} {number}"
+
+                return job
+
+            targets = [
+                Target("direct to engine", engine.pid, lambda kind, n: rendered[kind, n]),
+                Target("dsmlkit gateway", processes[1].pid, through(urls["gateway"])),
+            ]
+            if args.peers:
+                targets.append(Target("LiteLLM proxy", processes[2].pid, through(urls["litellm"])))
+            for target in targets:
+                await measure(client, target, args, numbers, render, engine.pid)
+            hold = None
+            if args.hold:
+                hold = await hold_streams(client, args, numbers, urls, ports)
+    finally:
+        for process in processes[1:]:
+            process.terminate()
+        engine.send_signal(signal.SIGTERM)
+        for process in processes:
+            process.wait(timeout=60)
+    report(args, targets, hold, json.loads(timings.read_text()))
+
+
+async def measure(
+    client: httpx.AsyncClient,
+    target: Target,
+    args: argparse.Namespace,
+    numbers: Numbers,
+    render: Callable[[str, range], Any],
+    engine_pid: int,
+) -> None:
+    """The stream, small and together phases against one target."""
+    direct = target.name == "direct to engine"
+
+    async def jobs(kind: str, count: int) -> list[Job]:
+        taken = numbers.take(count)
+        if direct:
+            await render(kind, taken)
+        return [target.job(kind, number) for number in taken]
+
+    await run_load(client, await jobs("Stream", 4), 4)  # warm up
+    await run_load(client, await jobs("Small", 4), 1)
+    load_before = uptime()
+    stream_jobs = await jobs("Stream", args.requests)
+    profiler = None if direct else start_profiler(args.profile, target.pid)
+    before = cpu_seconds(target.pid)
+    stream = await run_load(client, stream_jobs, args.streams)
+    target.figures["stream_cpu"] = cpu_seconds(target.pid) - before
+    stop_profiler(profiler)
+    target.figures.update(stream=stream, load=f"{load_before} → {uptime()}")
+    small_jobs = await jobs("Small", args.small)
+    before = cpu_seconds(target.pid)
+    small = await run_load(client, small_jobs, 1)
+    target.figures.update(small=small, small_cpu=cpu_seconds(target.pid) - before)
+    spreads = []
+    for _ in range(5):
+        together = await run_load(client, await jobs("Small", args.together), args.together)
+        spreads.append(max(together.first_chunk) - min(together.first_chunk))
+        target.figures.setdefault("together_lost", []).extend(together.lost)
+    target.figures["spread"] = statistics.median(spreads)
+    target.figures["together_first"] = together.first_chunk
+
+
+async def hold_streams(
+    client: httpx.AsyncClient,
+    args: argparse.Namespace,
+    numbers: Numbers,
+    urls: dict[str, str],
+    ports: dict[str, int],
+) -> tuple[Load, float, str]:
+    """``--hold`` streams at once through a gateway with ``--workers 2``."""
+    gateway = start_gateway(ports["hold"], urls["engine"], HOLD_WORKERS)
+    try:
+        wait_until_up(urls["hold"] + "/health", gateway)
+        route = "/v1/chat/completions" if args.api == "openai" else "/v1/messages"
+        jobs = [
+            (urls["hold"] + route, request_body(args.api, "Held", n), f"Held {n}")
+            for n in numbers.take(args.hold)
+        ]
+        await run_load(client, jobs[:4], 4)  # both workers warm
+        load_before = uptime()
+        before = cpu_seconds(gateway.pid)
+        load = await run_load(client, jobs[4:], args.hold)
+        return load, cpu_seconds(gateway.pid) - before, f"{load_before} → {uptime()}"
     finally:
         gateway.terminate()
-        engine.send_signal(signal.SIGTERM)
-        engine.wait(timeout=60)
         gateway.wait(timeout=60)
-    sent = {(key, index): at for key, index, at in json.loads(timings.read_text())}
-    direct_ms = [(at - sent[key, index]) * 1000 for key, index, at in direct]
-    through_ms = [(at - sent[key, index]) * 1000 for key, index, at in through]
+
+
+def report(
+    args: argparse.Namespace,
+    targets: list[Target],
+    hold: tuple[Load, float, str] | None,
+    sent_list: list[list[Any]],
+) -> None:
+    sent = {(key, index): at for key, index, at in sent_list}
     engine_chunks = len(reply_pieces(*args.sizes)) + 2  # + the finish and usage chunks
     print(
-        f"gateway benchmark: {args.streams} concurrent streams, {args.requests} requests "
-        f"({args.api} API, stream), engine chunk every {args.interval * 1000:g} ms, "
-        f"{engine_chunks} engine chunks per request"
+        f"gateway benchmark ({args.api} API, streamed): {args.streams} concurrent streams, "
+        f"{args.requests} requests of {engine_chunks} engine chunks, one every "
+        f"{args.interval * 1000:g} ms; gateway --workers {args.workers}"
     )
-    print(
-        f"  direct to engine : {direct_events / direct_wall:9.0f} chunks/s   "
-        f"latency p50 {statistics.median(direct_ms):6.2f} ms  p99 "
-        f"{percentile(direct_ms, 0.99):6.2f} ms"
-    )
-    print(
-        f"  through gateway  : {events / wall:9.0f} chunks/s   "
-        f"latency p50 {statistics.median(through_ms):6.2f} ms  p99 "
-        f"{percentile(through_ms, 0.99):6.2f} ms   ({events} chunks in {wall:.2f} s)"
-    )
-    added_p50 = statistics.median(through_ms) - statistics.median(direct_ms)
-    added_p99 = percentile(through_ms, 0.99) - percentile(direct_ms, 0.99)
-    print(f"  added latency    : p50 {added_p50:.2f} ms  p99 {added_p99:.2f} ms per chunk")
-    engine_total = args.requests * engine_chunks
-    print(
-        f"  gateway CPU      : {cpu:.2f} s = {cpu / events * 1e6:.0f} ms per 1,000 client "
-        f"chunks ({cpu / engine_total * 1e6:.0f} ms per 1,000 engine chunks)"
-    )
-    print(
-        f"  for scale        : the fake engine (a bare uvicorn SSE app) spends "
-        f"{engine_cpu / engine_total * 1e6:.0f} ms per 1,000 chunks it sends"
-    )
+    base: dict[str, float] = {}
+    for target in targets:
+        f = target.figures
+        stream: Load = f["stream"]
+        ms = [(at - sent[key, tag]) * 1000 for key, tag, at in stream.arrivals]
+        p50, p99 = statistics.median(ms), percentile(ms, 0.99)
+        spread = f["spread"] * 1000
+        if not base:
+            base = {"p50": p50, "p99": p99, "spread": spread}
+        print(f"  {target.name}  ({f['load']})")
+        print(
+            f"    stream  : {stream.events / stream.wall:7.0f} chunks/s, latency p50 {p50:6.2f} "
+            f"ms p99 {p99:7.2f} ms; {stream.completed}/{args.requests} streams complete"
+            + (f", lost: {stream.lost[:3]}" if stream.lost else "")
+        )
+        if target is not targets[0]:
+            small: Load = f["small"]
+            per_chunk = f["stream_cpu"] / stream.events * 1e6
+            print(
+                f"    added   : p50 {p50 - base['p50']:.2f} ms, p99 {p99 - base['p99']:.2f} ms "
+                f"per chunk; CPU {per_chunk:.0f} us per client chunk "
+                f"({stream.events} chunks, {f['stream_cpu']:.2f} s)"
+            )
+            print(
+                f"    small   : {f['small_cpu'] / args.small * 1000:.2f} ms CPU per request "
+                f"(setup, render, tokenize, upstream request, 5 chunks); first chunk p50 "
+                f"{statistics.median(small.first_chunk) * 1000:.2f} ms"
+            )
+        lost = f.get("together_lost") or []
+        print(
+            f"    together: {args.together} small requests at once, first-chunk spread "
+            f"{spread:.2f} ms (median of 5 rounds)"
+            + (f" (+{spread - base['spread']:.2f} ms over direct)" if target is not targets[0] else "")
+            + (f", lost: {lost[:3]}" if lost else "")
+        )
+    if hold is not None:
+        load, cpu, loadavg = hold
+        total = args.hold - 4
+        print(
+            f"  hold: {total} streams at once through the gateway with --workers {HOLD_WORKERS} "
+            f"({HOLD_CHUNKS} chunks, one every {HOLD_INTERVAL:g} s)  ({loadavg})"
+        )
+        print(
+            f"    {load.completed} completed, {len(load.lost)} lost, at most {load.most_open} "
+            f"open at once, {load.wall:.1f} s, gateway CPU {cpu:.2f} s"
+            + (f"; lost: {load.lost[:3]}" if load.lost else "")
+        )
 
 
 if __name__ == "__main__":

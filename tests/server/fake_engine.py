@@ -49,8 +49,8 @@ VLLM_DEFAULT_MAX_TOKENS = 16
 @dataclass(frozen=True)
 class Reply:
     """One scripted answer. ``text`` is for /v1/completions (tokenized, ``chunk_size``
-    tokens per chunk, or replayed as the given ``pieces``); ``content``, ``reasoning`` and
-    ``tool_calls`` (``{"id", "name", "arguments"}`` with arguments as a JSON string) are
+    tokens per chunk, or replayed as the given ``pieces``); ``pieces`` (as content deltas),
+    ``content``, ``reasoning`` and ``tool_calls`` (``{"id", "name", "arguments"}`` with arguments as a JSON string) are
     for /v1/chat/completions. ``raw`` replaces the whole 200 body (with ``headers``).
     A stop string of the request in ``text`` ends the answer there, as in vLLM."""
 
@@ -106,11 +106,15 @@ class FakeEngine:
     requests: list[dict[str, Any]] = field(default_factory=list)
     authorizations: list[str | None] = field(default_factory=list)
     disconnects: int = 0
-    #: ``on_chunk(request_body, chunk_index)`` is called just before a chunk is sent.
-    on_chunk: Callable[[dict[str, Any], int], None] | None = None
+    #: ``on_chunk(request_body, chunk)`` is called just before a chunk is sent.
+    on_chunk: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
 
     def push(self, *replies: Reply) -> None:
         self.script.extend(replies)
+
+    def next_reply(self, request: dict[str, Any]) -> Reply:
+        """The reply to ``request``: the next scripted one, else ``default``."""
+        return self.script.popleft() if self.script else self.default
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """vLLM's encoding of a string: added tokens matched anywhere, BOS first."""
@@ -211,7 +215,7 @@ class FakeEngine:
             )
             await _send_error(send, 400, message, "BadRequestError")
             return
-        reply = self.script.popleft() if self.script else self.default
+        reply = self.next_reply(request)
         if reply.status != 200:
             await _send_error(
                 send, reply.status, f"scripted failure {reply.status}", "server_error"
@@ -248,7 +252,7 @@ class FakeEngine:
             if index == reply.malformed_after:
                 await _send_body(send, b'data: {"choices": [{"text": "trunc\n\n')
             if self.on_chunk is not None:
-                self.on_chunk(request, index)
+                self.on_chunk(request, chunk)
             await _send_body(send, b"data: " + json.dumps(chunk).encode() + b"\n\n")
             if reply.interval:
                 await asyncio.sleep(reply.interval)
@@ -325,6 +329,8 @@ def _chat_chunks(reply: Reply, request: dict[str, Any]) -> Iterator[dict[str, An
         return {**_envelope("chat.completion.chunk", request, [choice]), "_tokens": tokens}
 
     yield chunk({"role": "assistant", "content": ""})
+    for piece in reply.pieces:  # a scripted output, streamed as content the way it is cut
+        yield chunk({"content": piece}, tokens=1)
     for key, text in (("reasoning_content", reply.reasoning), ("content", reply.content)):
         for piece in _pieces(text, size):
             yield chunk({key: piece}, tokens=1)
