@@ -25,7 +25,7 @@ Phases, each a fixed amount of work (the script stops by itself and prints its f
     python bench/bench_gateway.py                 # OpenAI API
     python bench/bench_gateway.py --api anthropic
     python bench/bench_gateway.py --peers         # also the LiteLLM proxy (scratch venv)
-    python bench/bench_gateway.py --profile FILE  # py-spy stacks of the stream phase
+    python bench/bench_gateway.py --profile /tmp/gw  # py-spy stacks of each gateway
 """
 
 from __future__ import annotations
@@ -381,8 +381,9 @@ def main() -> None:
     parser.add_argument("--peers", action="store_true", help="also the LiteLLM proxy")
     parser.add_argument(
         "--profile",
-        metavar="FILE",
-        help="sample the gateway with py-spy during its stream phase, raw stacks into FILE",
+        metavar="PREFIX",
+        help="sample each gateway with py-spy in its stream and small phases, raw stacks "
+        "into PREFIX.PID.stream and PREFIX.PID.small",
     )
     parser.add_argument(
         "--serve-engine", nargs=2, metavar=("PORT", "TIMINGS"), help=argparse.SUPPRESS
@@ -489,16 +490,19 @@ async def measure(
     await run_load(client, await jobs("Small", 4), 1)
     load_before = uptime()
     stream_jobs = await jobs("Stream", args.requests)
-    profiler = None if direct else start_profiler(args.profile, target.pid)
+    profile = None if direct or args.profile is None else f"{args.profile}.{target.pid}"
+    profiler = start_profiler(profile and profile + ".stream", target.pid)
     before = cpu_seconds(target.pid)
     stream = await run_load(client, stream_jobs, args.streams)
     target.figures["stream_cpu"] = cpu_seconds(target.pid) - before
     stop_profiler(profiler)
     target.figures.update(stream=stream, load=f"{load_before} → {uptime()}")
     small_jobs = await jobs("Small", args.small)
+    profiler = start_profiler(profile and profile + ".small", target.pid)
     before = cpu_seconds(target.pid)
     small = await run_load(client, small_jobs, 1)
     target.figures.update(small=small, small_cpu=cpu_seconds(target.pid) - before)
+    stop_profiler(profiler)
     spreads = []
     for _ in range(5):
         together = await run_load(client, await jobs("Small", args.together), args.together)

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dsmlkit.server import ServerConfig, create_app
-from dsmlkit.server.upstream import error_message
+from dsmlkit.server.upstream import UpstreamStream, error_message
 
 CHAT = {
     "model": "m",
@@ -153,3 +158,57 @@ def test_an_upstream_401_is_the_clients_only_for_the_clients_key(
         response = client.post("/v1/chat/completions", json=CHAT, headers=headers)
     assert response.status_code == status
     assert "bad key" in response.json()["error"]["message"]
+
+
+class _Reads(httpx.AsyncByteStream):
+    """A body that arrives in the given reads."""
+
+    def __init__(self, reads: list[bytes]) -> None:
+        self.reads = reads
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for read in self.reads:
+            yield read
+
+
+def _payloads(reads: list[bytes]) -> list[dict[str, Any]]:
+    response = httpx.Response(200, stream=_Reads(reads))
+    stream = UpstreamStream(response, time.perf_counter(), time.monotonic() + 60)
+
+    async def read() -> list[dict[str, Any]]:
+        return [chunk async for batch in stream.batches() for chunk in batch]
+
+    return anyio.run(read)
+
+
+_EVENTS = [{"choices": [{"index": 0, "text": text}]} for text in ("a", "é\n", "", "日本")]
+
+
+@given(
+    ending=st.sampled_from(["\n", "\r\n", "\r"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12),
+    done=st.booleans(),
+)
+def test_sse_events_are_the_same_however_the_reads_fall(
+    ending: str, cuts: list[int], done: bool
+) -> None:
+    lines = [": comment", "event: x", "data: " + json.dumps(_EVENTS[0]), ""]
+    lines += ["data:" + json.dumps(_EVENTS[1]), "", ""]
+    split = json.dumps(_EVENTS[2], ensure_ascii=False)
+    at = split.index("[")  # the data lines join with a newline: between two JSON tokens
+    lines += ["data: " + split[:at], "data: " + split[at:], ""]
+    lines += ["data: " + json.dumps(_EVENTS[3], ensure_ascii=False), ""]
+    lines += ["data: [DONE]", "", "data: " + json.dumps({"after": "done"}), ""] if done else []
+    body = ending.join(lines).encode()
+    points = sorted({min(cut, len(body)) for cut in cuts})
+    reads = [body[a:b] for a, b in zip([0, *points], [*points, len(body)])]
+    assert _payloads(reads) == _EVENTS
+
+
+def test_an_event_without_its_blank_line_ends_the_body() -> None:
+    assert _payloads([b"data: " + json.dumps(_EVENTS[0]).encode() + b"\r"]) == _EVENTS[:1]
+
+
+def test_an_event_that_is_not_utf8_is_read_with_replacement_characters() -> None:
+    body = b'data: {"choices": [{"index": 0, "text": "a\xffb"}]}\n\n'
+    assert _payloads([body]) == [{"choices": [{"index": 0, "text": "a\ufffdb"}]}]

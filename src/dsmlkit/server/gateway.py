@@ -225,7 +225,8 @@ async def _gateway(request: Request, api: Api) -> Response:
         try:
             async with aclosing(events) as batches:
                 async for batch in batches:
-                    collector.add(batch)
+                    for part in batch:
+                        collector.add(part)
         finally:
             await _finish_upstream(calls, record)
         msg = collector.message()
@@ -368,37 +369,46 @@ async def _events(
     record: RequestRecord,
     outcome: _Outcome,
     memory: ReasoningMemory,
-) -> AsyncGenerator[list[Event], None]:
+) -> AsyncGenerator[list[list[Event]], None]:
     """Parser events for the upstream's streams, ending with the close() events; the
-    answer's reasoning is remembered under its call ids before the last events go out."""
+    answer's reasoning is remembered under its call ids before the last events go out.
+
+    Yields batches: the event lists (one per upstream choice that made any) of one read of
+    the upstream body, so that what arrived together is written together; each list stays
+    one ``frames.feed`` call, so the bytes do not depend on how reads fall.
+    """
     answer = AnswerTracker()
     if plan.opening:
         answer.add(plan.opening)
-        yield _noted(record, plan.opening)
+        yield [_noted(record, plan.opening)]
     spent = 0  # completion tokens of earlier upstream requests of this answer
     while True:
         finish: str | None = None
         stop_reason: str | None = None
         cut = False
-        async for chunk in upstream.stream.chunks():
-            usage = chunk.get("usage")
-            if isinstance(usage, Mapping):
-                outcome.usage = _added_usage(outcome.usage, _usage(usage), spent)
-            for choice in chunk.get("choices") or ():
-                if not isinstance(choice, Mapping):
-                    continue
-                events = _timed(record, plan.feed, choice)
-                if plan.one_call:
-                    events, cut = first_call_only(events)
-                if events:
-                    answer.add(events)
-                    yield _noted(record, events)
+        async for chunks in upstream.stream.batches():
+            batch: list[list[Event]] = []
+            for chunk in chunks:
+                usage = chunk.get("usage")
+                if isinstance(usage, Mapping):
+                    outcome.usage = _added_usage(outcome.usage, _usage(usage), spent)
+                for choice in chunk.get("choices") or ():
+                    events = _timed(record, plan.feed, choice)
+                    if plan.one_call:
+                        events, cut = first_call_only(events)
+                    if events:
+                        answer.add(events)
+                        batch.append(_noted(record, events))
+                    if cut:
+                        break
+                    if choice.get("finish_reason"):
+                        finish = str(choice["finish_reason"])
+                        said = choice.get("stop_reason")
+                        stop_reason = said if isinstance(said, str) else None
                 if cut:
                     break
-                if choice.get("finish_reason"):
-                    finish = str(choice["finish_reason"])
-                    said = choice.get("stop_reason")
-                    stop_reason = said if isinstance(said, str) else None
+            if batch:
+                yield batch
             if cut:
                 break
         if cut:
@@ -413,7 +423,7 @@ async def _events(
         follow = plan.resume(finish, stop_reason, spent) if plan.resume else ([], None)
         if follow[0]:
             answer.add(follow[0])
-            yield _noted(record, follow[0])
+            yield [_noted(record, follow[0])]
         if follow[1] is None:
             final = _noted(record, _timed(record, plan.close, finish))
             break
@@ -433,13 +443,13 @@ async def _events(
     record.state_error = await memory.remember(answer.call_ids, answer.reasoning) or (
         record.state_error
     )
-    yield final
+    yield [final]
 
 
 async def _stream_body(
     state: ServerState,
     frames: StreamFrames,
-    events: AsyncGenerator[list[Event], None],
+    events: AsyncGenerator[list[list[Event]], None],
     outcome: _Outcome,
     record: RequestRecord,
     keep: Callable[[dict[str, Any]], Awaitable[None]],
@@ -453,7 +463,8 @@ async def _stream_body(
         with scope:
             async with aclosing(events) as batches:
                 async for batch in batches:
-                    written = "".join(frames.feed(batch))  # one write per upstream chunk
+                    # one write per read of the upstream body, one feed per upstream choice
+                    written = "".join([frame for part in batch for frame in frames.feed(part)])
                     if written:
                         yield written
         if scope.cancelled_caught:

@@ -19,6 +19,9 @@ from dsmlkit.errors import UpstreamError
 
 #: How much of an upstream error body is read to quote its message.
 _ERROR_BODY_LIMIT = 64 * 1024
+#: How long, and how many bytes, the rest of a body after ``[DONE]`` is read for.
+_DRAIN_SECONDS = 0.25
+_DRAIN_LIMIT = 64 * 1024
 
 
 def error_message(body: bytes) -> str:
@@ -50,37 +53,47 @@ class UpstreamStream:
 
     Iteration ends at ``data: [DONE]`` or at the end of the body; ``seconds`` is the time
     from sending the request to the end of the stream (or to now, while it runs). Past
-    ``deadline`` (a :func:`time.monotonic` time) the stream fails as a timeout.
+    ``deadline`` (a :func:`time.monotonic` time) the stream fails as a timeout. After
+    ``[DONE]``, :meth:`aclose` reads the rest of the body (briefly) so that the connection
+    goes back to the pool instead of being closed.
     """
 
     def __init__(self, response: httpx.Response, sent_at: float, deadline: float) -> None:
         self._response = response
+        self._body = response.aiter_bytes()
         self._sent_at = sent_at
         self._deadline = deadline
         self._ended_at: float | None = None
+        self._done = False
 
     @property
     def seconds(self) -> float:
         return (self._ended_at or time.perf_counter()) - self._sent_at
 
-    async def chunks(self) -> AsyncIterator[dict[str, Any]]:
-        """The ``data:`` payloads, decoded; upstream ``{"error": …}`` payloads raise."""
-        data: list[str] = []
+    async def batches(self) -> AsyncIterator[list[dict[str, Any]]]:
+        """The ``data:`` payloads, decoded, one list per read of the body (never empty).
+
+        A busy engine's events arrive several to a read; taking them together costs one
+        pass through the event loop per read instead of one per event. The body is split
+        into lines here, on bytes (``\n``, ``\r\n`` or ``\r``, as SSE allows), and each
+        event's payload goes to ``json.loads`` as it is. Upstream ``{"error": …}`` payloads
+        raise.
+        """
+        lines = _SseLines()
         try:
-            async for line in self._lines():
-                if line.startswith("data:"):
-                    data.append(line[5:].removeprefix(" "))
-                    continue
-                if line or not data:
-                    continue  # comments, other fields; blank lines between events
-                payload = "\n".join(data)
-                data.clear()
-                if payload == "[DONE]":
+            async for block in self._blocks():
+                batch, done = lines.feed(block)
+                if batch:
+                    yield batch
+                if done:
+                    self._done = lines.failure is None
                     break
-                yield _decode_chunk(payload)
             else:
-                if data and (payload := "\n".join(data)) != "[DONE]":
-                    yield _decode_chunk(payload)
+                batch = lines.close()
+                if batch:
+                    yield batch
+            if lines.failure is not None:
+                raise lines.failure  # after the events before it
         except httpx.TimeoutException as exc:
             raise UpstreamError("timeout", "the upstream stopped sending (read timeout)") from exc
         except httpx.DecodingError as exc:
@@ -90,36 +103,103 @@ class UpstreamStream:
         finally:
             self._ended_at = time.perf_counter()
 
-    async def _lines(self) -> AsyncIterator[str]:
-        """The body's lines, each awaited no later than the deadline."""
-        lines = self._response.aiter_lines()
+    async def _blocks(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they are read, each read awaited no later than the deadline."""
         while True:
             with anyio.move_on_after(self._deadline - time.monotonic()) as scope:
                 try:
-                    line = await lines.__anext__()
+                    block = await self._body.__anext__()
                 except StopAsyncIteration:
                     return
             if scope.cancelled_caught:
                 raise UpstreamError(
                     "timeout", "the upstream request ran past the gateway's deadline"
                 )
-            yield line
+            yield block
 
     async def aclose(self) -> None:
         """Close the response (also when the client went away: shielded from cancellation)."""
         with anyio.CancelScope(shield=True):
+            if self._done:
+                await self._drain()
             await self._response.aclose()
 
+    async def _drain(self) -> None:
+        """Read what follows ``[DONE]`` (normally just the end of the body), within limits."""
+        size = 0
+        with anyio.move_on_after(_DRAIN_SECONDS):
+            try:
+                async for block in self._body:
+                    size += len(block)
+                    if size > _DRAIN_LIMIT:
+                        return
+            except httpx.HTTPError:
+                return
 
-def _decode_chunk(payload: str) -> dict[str, Any]:
+
+class _SseLines:
+    """An SSE body read in blocks → the decoded ``data:`` payloads of its complete events.
+
+    State: ``_rest`` is the unfinished last line (with a held ``\r`` that may begin a
+    ``\r\n`` split across reads), ``_data`` the data lines of the event being read; a
+    blank line ends an event, ``[DONE]`` ends the stream, and so does an event that cannot
+    be read (``failure``; the events before it in the same read are still returned).
+    """
+
+    def __init__(self) -> None:
+        self._rest = b""
+        self._data: list[bytes] = []
+        self.failure: UpstreamError | None = None
+
+    def feed(self, block: bytes) -> tuple[list[dict[str, Any]], bool]:
+        """The events completed by ``block``, and whether the stream ended in it."""
+        text = self._rest + block if self._rest else block
+        held = b""
+        if b"\r" in text:
+            if text.endswith(b"\r"):
+                text, held = text[:-1], b"\r"
+            text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = text.split(b"\n")
+        self._rest = lines.pop() + held
+        return self._read(lines)
+
+    def close(self) -> list[dict[str, Any]]:
+        """At the end of the body: the last line, and an event left without its blank line."""
+        rest = self._rest.removesuffix(b"\r")
+        return self._read([rest, b""] if rest else [b""])[0]
+
+    def _read(self, lines: list[bytes]) -> tuple[list[dict[str, Any]], bool]:
+        batch: list[dict[str, Any]] = []
+        data = self._data
+        for line in lines:
+            if line.startswith(b"data:"):
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+                continue
+            if line or not data:
+                continue  # comments, other fields; blank lines between events
+            payload = data[0] if len(data) == 1 else b"\n".join(data)
+            data.clear()
+            if payload == b"[DONE]":
+                return batch, True
+            try:
+                batch.append(_decode_chunk(payload))
+            except UpstreamError as exc:
+                self.failure = exc
+                return batch, True
+        return batch, False
+
+
+def _decode_chunk(data: bytes) -> dict[str, Any]:
     try:
-        chunk = json.loads(payload)
+        chunk = json.loads(data)
+    except UnicodeDecodeError:  # not UTF-8: read as text with replacement characters
+        return _decode_chunk(data.decode("utf-8", "replace").encode())
     except (ValueError, RecursionError):
         raise UpstreamError(
-            "malformed", f"the upstream sent an SSE event that is not JSON: {payload[:200]!r}"
+            "malformed", f"the upstream sent an SSE event that is not JSON: {_quoted(data)}"
         ) from None
     if not isinstance(chunk, dict):
-        raise UpstreamError("malformed", f"the upstream sent a non-object chunk: {payload[:200]!r}")
+        raise UpstreamError("malformed", f"the upstream sent a non-object chunk: {_quoted(data)}")
     if "error" in chunk:
         status = _status_of(chunk["error"])
         raise UpstreamError(
@@ -136,15 +216,20 @@ def _decode_chunk(payload: str) -> dict[str, Any]:
     ):
         raise UpstreamError(
             "malformed",
-            f"the upstream sent a chunk whose choices is not a list of objects: {payload[:200]!r}",
+            f"the upstream sent a chunk whose choices is not a list of objects: {_quoted(data)}",
         )
     usage = chunk.get("usage")
     if usage is not None and not isinstance(usage, dict):
         raise UpstreamError(
             "malformed",
-            f"the upstream sent a chunk whose usage is not an object: {payload[:200]!r}",
+            f"the upstream sent a chunk whose usage is not an object: {_quoted(data)}",
         )
     return chunk
+
+
+def _quoted(data: bytes) -> str:
+    """The start of a payload, for a message."""
+    return repr(data.decode("utf-8", "replace")[:200])
 
 
 def _status_of(error: Any) -> int | None:
