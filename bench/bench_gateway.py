@@ -402,8 +402,10 @@ async def benchmark(args: argparse.Namespace) -> None:
     urls = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
     sizes = [str(size) for size in args.sizes]
     engine = subprocess.Popen(
-        [sys.executable, __file__, "--serve-engine", str(ports["engine"]), str(timings)]
-        + ["--interval", str(args.interval), "--sizes", *sizes],
+        [
+            *(sys.executable, __file__, "--serve-engine", str(ports["engine"]), str(timings)),
+            *("--interval", str(args.interval), "--sizes", *sizes),
+        ],
         cwd=ROOT,
     )
     processes = [engine, start_gateway(ports["gateway"], urls["engine"], args.workers)]
@@ -580,11 +582,12 @@ def report(
                 f"{statistics.median(small.first_chunk) * 1000:.2f} ms"
             )
         lost = f.get("together_lost") or []
+        over = (
+            f" ({spread - base['spread']:+.2f} ms over direct)" if target is not targets[0] else ""
+        )
         print(
             f"    together: {args.together} small requests at once, first-chunk spread "
-            f"{spread:.2f} ms (median of 5 rounds)"
-            + (f" (+{spread - base['spread']:.2f} ms over direct)" if target is not targets[0] else "")
-            + (f", lost: {lost[:3]}" if lost else "")
+            f"{spread:.2f} ms (median of 5 rounds){over}" + (f", lost: {lost[:3]}" if lost else "")
         )
     if hold is not None:
         load, cpu, loadavg = hold

@@ -50,9 +50,10 @@ VLLM_DEFAULT_MAX_TOKENS = 16
 class Reply:
     """One scripted answer. ``text`` is for /v1/completions (tokenized, ``chunk_size``
     tokens per chunk, or replayed as the given ``pieces``); ``pieces`` (as content deltas),
-    ``content``, ``reasoning`` and ``tool_calls`` (``{"id", "name", "arguments"}`` with arguments as a JSON string) are
-    for /v1/chat/completions. ``raw`` replaces the whole 200 body (with ``headers``).
-    A stop string of the request in ``text`` ends the answer there, as in vLLM."""
+    ``content``, ``reasoning`` and ``tool_calls`` (``{"id", "name", "arguments"}`` with
+    arguments as a JSON string) are for /v1/chat/completions. ``raw`` replaces the whole
+    200 body (with ``headers``). A stop string of the request in ``text`` ends the answer
+    there, as in vLLM."""
 
     text: str = ""
     pieces: tuple[str, ...] = ()

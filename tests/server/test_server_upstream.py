@@ -201,7 +201,7 @@ def test_sse_events_are_the_same_however_the_reads_fall(
     lines += ["data: [DONE]", "", "data: " + json.dumps({"after": "done"}), ""] if done else []
     body = ending.join(lines).encode()
     points = sorted({min(cut, len(body)) for cut in cuts})
-    reads = [body[a:b] for a, b in zip([0, *points], [*points, len(body)])]
+    reads = [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
     assert _payloads(reads) == _EVENTS
 
 
