@@ -26,7 +26,7 @@ from dsmlkit.api.common import (
     response_diagnostics,
 )
 from dsmlkit.api.fields import Field
-from dsmlkit.api.sse import TextFrames, sse_anthropic
+from dsmlkit.api.sse import TextFrames, json_string, sse_anthropic
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.parse import (
@@ -468,6 +468,19 @@ StreamEvent = tuple[str, dict[str, Any]]
 _Out = TypeVar("_Out")
 #: The delta type of each block type, and the field that holds the delta's text.
 _DELTA_TYPES = {"text": "text_delta", "thinking": "thinking_delta", "tool_use": "input_json_delta"}
+_TEXT_EVENTS = (ContentDelta, ReasoningDelta, ArgumentsDelta)
+_TextEvent = ContentDelta | ReasoningDelta | ArgumentsDelta
+#: The delta type that adds to each block type.
+_CONTINUED_BY: dict[str, type[_TextEvent]] = {
+    "text": ContentDelta,
+    "thinking": ReasoningDelta,
+    "tool_use": ArgumentsDelta,
+}
+#: The block each text delta (but a call's arguments) opens, with its empty fields.
+_TEXT_BLOCKS: dict[type[Event], tuple[str, dict[str, Any]]] = {
+    ContentDelta: ("text", {"text": ""}),
+    ReasoningDelta: ("thinking", {"thinking": "", "signature": ""}),
+}
 _DELTA_FIELDS = {
     "text_delta": "text",
     "thinking_delta": "thinking",
@@ -504,9 +517,12 @@ class AnthropicStream:
         self._outline = MessageCollector()
         self._message: ParsedMessage | None = None
         self._open: str | None = None  # type of the open block
+        # The delta type that adds to the open block (``()``: none, no block is open).
+        self._continued_by: type[_TextEvent] | tuple[()] = ()
         self._blocks = 0  # blocks started so far; the open one has index _blocks - 1
         self._delta_types: list[str] = []  # of each block's text deltas, by block index
         self._text_frames: TextFrames[int] = TextFrames(self._text_frame)
+        self._open_frame: tuple[str, ...] = ()  # the open block's text frame, cut at the text
 
     def start(self) -> list[StreamEvent]:
         """``message_start``."""
@@ -555,6 +571,17 @@ class AnthropicStream:
 
     def feed_sse(self, events: Sequence[Event]) -> list[str]:
         """:meth:`feed` as SSE frames."""
+        if len(events) == 1:
+            # The usual batch: one delta, most often more of the open block (_more, inlined).
+            event = events[0]
+            if isinstance(event, self._continued_by):
+                text = event.text
+                if not text:
+                    return []
+                if self._open == "thinking":
+                    self._thinking.append(text)
+                before, after = self._open_frame  # TextFrames.frame, inlined
+                return [f"{before}{json_string(text)}{after}"]
         return self._steps(events, self._text_frames.frame, _framed)
 
     def finish_sse(self, usage: Usage | None = None, stop_sequence: str | None = None) -> list[str]:
@@ -579,31 +606,27 @@ class AnthropicStream:
         out: list[_Out] = []
         # A batch of one event (the usual streamed delta) has nothing to merge.
         for event in events if len(events) == 1 else coalesce(events):
-            if isinstance(event, ContentDelta):
+            if isinstance(event, _TEXT_EVENTS):
                 if not event.text:
                     continue
-                if self._open != "text":
-                    out += map(other, self._close() + self._open_block("text", {"text": ""}))
-                out.append(text_delta(self._blocks - 1, event.text))
-            elif isinstance(event, ArgumentsDelta):
-                if event.text:
-                    out.append(text_delta(self._blocks - 1, event.text))
-            elif isinstance(event, ReasoningDelta):
-                if not event.text:
-                    continue
-                if self._open != "thinking":
-                    empty = {"thinking": "", "signature": ""}
-                    out += map(other, self._close() + self._open_block("thinking", empty))
-                out.append(text_delta(self._blocks - 1, event.text))
-                self._thinking.append(event.text)
-            else:
-                self._outline.add([event])
-                if isinstance(event, ToolCallStart):
-                    block = {"id": event.id, "name": event.name, "input": {}}
-                    out += map(other, self._close() + self._open_block("tool_use", block))
-                elif isinstance(event, (ReasoningEnd, ToolCallEnd)):
-                    out += map(other, self._close())
+                if not isinstance(event, (self._continued_by, ArgumentsDelta)):
+                    kind, empty = _TEXT_BLOCKS[type(event)]
+                    out += map(other, self._close() + self._open_block(kind, empty))
+                out.append(self._more(text_delta, event.text))
+                continue
+            self._outline.add([event])
+            if isinstance(event, ToolCallStart):
+                block = {"id": event.id, "name": event.name, "input": {}}
+                out += map(other, self._close() + self._open_block("tool_use", block))
+            elif isinstance(event, (ReasoningEnd, ToolCallEnd)):
+                out += map(other, self._close())
         return out
+
+    def _more(self, text_delta: Callable[[int, str], _Out], text: str) -> _Out:
+        """More ``text`` for the open block, as the delta made by ``text_delta``."""
+        if self._open == "thinking":
+            self._thinking.append(text)
+        return text_delta(self._blocks - 1, text)
 
     def _delta(self, index: int, text: str) -> StreamEvent:
         """The ``content_block_delta`` of one text delta to block ``index``."""
@@ -616,8 +639,10 @@ class AnthropicStream:
 
     def _open_block(self, kind: str, fields: dict[str, Any]) -> list[StreamEvent]:
         self._open = kind
+        self._continued_by = _CONTINUED_BY[kind]
         self._blocks += 1
         self._delta_types.append(_DELTA_TYPES[kind])
+        self._open_frame = self._text_frames.parts(self._blocks - 1)
         block = {"type": kind, **fields}
         data = {"type": "content_block_start", "index": self._blocks - 1, "content_block": block}
         return [("content_block_start", data)]
@@ -633,6 +658,7 @@ class AnthropicStream:
             delta = {"type": "signature_delta", "signature": signature}
             out.append(_block_delta(self._blocks - 1, delta))
         self._open = None
+        self._continued_by = ()
         stop = {"type": "content_block_stop", "index": self._blocks - 1}
         return [*out, ("content_block_stop", stop)]
 

@@ -37,7 +37,7 @@ from dsmlkit.api.common import (
 )
 from dsmlkit.api.fields import Field
 from dsmlkit.api.seal import SealError, seal, unseal
-from dsmlkit.api.sse import TextFrames, sse_event
+from dsmlkit.api.sse import TextFrames, json_string, sse_event
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.parse import (
@@ -608,6 +608,7 @@ def responses_response(
 StreamEvent = dict[str, Any]
 _Out = TypeVar("_Out")
 _TEXT_EVENTS = (ContentDelta, ReasoningDelta, ArgumentsDelta)
+_TextEvent = ContentDelta | ReasoningDelta | ArgumentsDelta
 #: The item type that each text delta (but a call's arguments) goes to.
 _TEXT_ITEMS: dict[type[Event], str] = {ReasoningDelta: "reasoning", ContentDelta: "message"}
 #: The delta event of each text item type.
@@ -647,7 +648,9 @@ class ResponsesStream:
         self._response: dict[str, Any] | None = None
         self._sequence = 0
         self._open: dict[str, Any] | None = None  # the item being streamed
-        self._continued_by: type[Event] | None = None  # the delta type that adds to it
+        # The delta type that adds to the open item (``()``: none, no item is open).
+        self._continued_by: type[_TextEvent] | tuple[()] = ()
+        self._open_frame: tuple[str, ...] = ()  # its delta frame, cut at number and text
         self._text: list[str] = []  # its text (reasoning or answer) or arguments so far
         self._call_ended = False  # the open call got its ToolCallEnd
         self._text_frames: TextFrames[int] = TextFrames(self._delta_frame)
@@ -702,10 +705,18 @@ class ResponsesStream:
 
     def feed_sse(self, events: Sequence[Event]) -> list[str]:
         """:meth:`feed` as SSE frames."""
-        if len(events) == 1:  # the usual batch: one delta, most often more of the open item
+        if len(events) == 1:
+            # The usual batch: one delta, most often more of the open item (_more, inlined).
             event = events[0]
-            if isinstance(event, _TEXT_EVENTS) and type(event) is self._continued_by:
-                return [self._more(self._text_frames.numbered, event.text)] if event.text else []
+            if isinstance(event, self._continued_by):
+                text = event.text
+                if not text:
+                    return []
+                self._text.append(text)
+                sequence = self._sequence
+                self._sequence = sequence + 1
+                before, middle, after = self._open_frame  # TextFrames.numbered, inlined
+                return [f"{before}{sequence}{middle}{json_string(text)}{after}"]
         return self._steps(events, self._text_frames.numbered, _framed)
 
     def finish_sse(self, usage: Usage | None = None) -> list[str]:
@@ -742,18 +753,16 @@ class ResponsesStream:
             if isinstance(event, _TEXT_EVENTS):
                 if not event.text:
                     continue
-                if type(event) is not self._continued_by and not isinstance(event, ArgumentsDelta):
-                    out += map(other, self._ensure_open(_TEXT_ITEMS[type(event)]))
+                if not isinstance(event, (self._continued_by, ArgumentsDelta)):
+                    out += map(other, self._open_text_item(_TEXT_ITEMS[type(event)]))
                 out.append(self._more(text_delta, event.text))
                 continue
             self._outline.add([event])
             if isinstance(event, ToolCallStart):
                 added = self._close()
                 item_id = self._items.item_id("fc")
-                self._open = self._items.function_call(
-                    item_id, event.id, event.name, "", "in_progress"
-                )
-                self._continued_by = ArgumentsDelta
+                call = self._items.function_call(item_id, event.id, event.name, "", "in_progress")
+                self._open_item(call, ArgumentsDelta)
                 added.append(self._added())
                 out += map(other, added)
             elif isinstance(event, ReasoningEnd):
@@ -822,17 +831,21 @@ class ResponsesStream:
             part=part,
         )
 
-    def _ensure_open(self, kind: str) -> list[StreamEvent]:
-        if self._open is not None and self._open["type"] == kind:
-            return []
+    def _open_item(self, item: dict[str, Any], continued_by: type[_TextEvent]) -> None:
+        self._open = item
+        self._continued_by = continued_by
+        self._open_frame = self._text_frames.parts(len(self._items.done), 2)
+
+    def _open_text_item(self, kind: str) -> list[StreamEvent]:
+        """Close the open item; open a ``kind`` item (reasoning or message) with its part."""
         out = self._close()
         if kind == "reasoning":
-            self._open = self._items.reasoning(self._items.item_id("rs"), "", "in_progress")
-            self._continued_by = ReasoningDelta
+            item = self._items.reasoning(self._items.item_id("rs"), "", "in_progress")
+            self._open_item(item, ReasoningDelta)
             part: dict[str, Any] = {"type": "reasoning_text", "text": ""}
         else:
-            self._open = self._items.message(self._items.item_id("msg"), None, "in_progress")
-            self._continued_by = ContentDelta
+            item = self._items.message(self._items.item_id("msg"), None, "in_progress")
+            self._open_item(item, ContentDelta)
             part = _output_text("")
         out.append(self._added())
         out.append(self._part_event("response.content_part.added", part))
@@ -874,7 +887,7 @@ class ResponsesStream:
         out.append(self._event("response.output_item.done", output_index=output_index, item=done))
         self._items.done.append(done)
         self._open = None
-        self._continued_by = None
+        self._continued_by = ()
         self._text = []
         self._call_ended = False
         return out

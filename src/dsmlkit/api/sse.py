@@ -58,17 +58,24 @@ class TextFrames(Generic[Key]):
 
     def frame(self, key: Key, text: str) -> str:
         """The frame of shape ``key`` holding ``text``."""
-        parts = self._parts.get(key)
-        if parts is None:
-            parts = self._parts[key] = self._cut(key, 1)
+        parts = self._parts.get(key) or self.parts(key)
         return f"{parts[0]}{encode_basestring(text)}{parts[1]}"
 
     def numbered(self, key: Key, number: int, text: str) -> str:
         """The frame of shape ``key`` holding ``number`` and ``text``."""
+        parts = self._parts.get(key) or self.parts(key, 2)
+        return f"{parts[0]}{number}{parts[1]}{encode_basestring(text)}{parts[2]}"
+
+    def parts(self, key: Key, gaps: int = 1) -> tuple[str, ...]:
+        """The frame of shape ``key`` cut at its ``gaps`` values (made once per key).
+
+        A frame is these parts with the values in between, the text as
+        :data:`json_string` writes it: what a stream's hot path splices itself.
+        """
         parts = self._parts.get(key)
         if parts is None:
-            parts = self._parts[key] = self._cut(key, 2)
-        return f"{parts[0]}{number}{parts[1]}{encode_basestring(text)}{parts[2]}"
+            parts = self._parts[key] = self._cut(key, gaps)
+        return parts
 
     def _cut(self, key: Key, gaps: int) -> tuple[str, ...]:
         """The frame of ``key`` cut at its ``gaps`` values (in the order they are passed)."""
