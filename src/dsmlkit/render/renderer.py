@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import Any, TypeVar
 
 from dsmlkit.dialects import (
@@ -250,7 +251,7 @@ def render_conversation(conversation: Conversation, options: RenderOptions) -> R
     else:
         writer.render_v4(messages)
     pieces = writer.out.pieces()
-    prompt = "".join([text for text, _ in pieces])
+    prompt = "".join(map(itemgetter(0), pieces))
     writer.check_read_backs(prompt)
     return RenderResult(
         prompt=prompt,
@@ -479,12 +480,16 @@ class _Writer:
         self._joined(blocks, self._user_block)
 
     def _user_block(self, block: Part | Message) -> None:
-        if isinstance(block, Message):
-            self.out.template("<tool_result>")
-            self._tool_result_body(block)
-            self.out.template("</tool_result>")
-        else:
+        if not isinstance(block, Message):
             self._part(block)
+            return
+        parts = block.parts
+        if len(parts) == 1 and isinstance(parts[0], TextPart):  # the usual result: one text
+            self.out.text(f"<tool_result>{parts[0].text}</tool_result>")
+            return
+        self.out.template("<tool_result>")
+        self._tool_result_body(block)
+        self.out.template("</tool_result>")
 
     def _tool_result_body(self, message: Message) -> None:
         """References first, then the other parts, separated by blank lines."""
@@ -563,18 +568,26 @@ class _Writer:
         out = self.out
         start = out.length
         string_value, json_value = markup.string_value, markup.json_value
+        next_open = markup.next_parameter_open
         texts = [markup.block_open]
         for i, call in enumerate(message.tool_calls):
             texts[-1] += markup.next_invoke_open if i else markup.invoke_open
             texts.append(call.name)
-            opener = markup.first_parameter_open
-            for key, value in call.arguments.items():
-                if isinstance(value, str):
-                    texts += (opener, key, string_value, value)
-                else:
-                    texts += (opener, key, json_value, to_json(value))
-                opener = markup.next_parameter_open
-            texts.append(markup.invoke_close if call.arguments else markup.invoke_close_bare)
+            if call.arguments:
+                first = len(texts)
+                texts += [
+                    text
+                    for key, value in call.arguments.items()
+                    for text in (
+                        (next_open, key, string_value, value)
+                        if isinstance(value, str)
+                        else (next_open, key, json_value, to_json(value))
+                    )
+                ]
+                texts[first] = markup.first_parameter_open
+                texts.append(markup.invoke_close)
+            else:
+                texts.append(markup.invoke_close_bare)
         texts[-1] += markup.block_close
         caller_text = "".join(texts[1::2])
         if MARKER in caller_text:
