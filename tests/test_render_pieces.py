@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -85,3 +86,32 @@ def test_neighbouring_plain_pieces_are_joined() -> None:
         ("<｜Assistant｜>", True),
         ("</think>", True),
     )
+
+
+def _call_turn(arguments: str | dict[str, Any]) -> list[dict[str, Any]]:
+    call = {"id": "a", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    return [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "a", "content": "done"},
+    ]
+
+
+@pytest.mark.parametrize(
+    "arguments", [{"path": "a.py", "n": 3, "deep": [1.5, None]}, {"v": MARKUP}]
+)
+@pytest.mark.parametrize("dialect", ["v3.2", "v4", "v4.1"])
+def test_a_call_sent_again_as_text_renders_as_its_object(
+    dialect: str, arguments: dict[str, Any]
+) -> None:
+    """Calls whose arguments text comes again reuse the invoke written before: each render
+    of the text equals the render of the object, in every dialect, notes included."""
+    expected = render(_call_turn(arguments), dialect=dialect)
+    for _ in range(2):
+        result = render(_call_turn(json.dumps(arguments)), dialect=dialect)
+        assert (result.prompt, result.pieces, result.notes) == (
+            expected.prompt,
+            expected.pieces,
+            expected.notes,
+        )
+    assert bool(expected.notes) == ("v" in arguments)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeAlias
 
 from dsmlkit.errors import InvalidRequest
@@ -98,11 +98,17 @@ class Tool:
 
 @dataclass(frozen=True)
 class HistoryCall:
-    """A tool call in an earlier assistant turn; ``arguments`` is always an object."""
+    """A tool call in an earlier assistant turn; ``arguments`` is always an object.
+
+    ``arguments_text`` is the request's JSON text that ``arguments`` was read from (by
+    :func:`history_arguments`), when the request gave text: the same text always gives the
+    same arguments, so the renderer reuses what it wrote for it before.
+    """
 
     id: str | None
     name: str
     arguments: Mapping[str, Any]
+    arguments_text: str | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -461,11 +467,11 @@ def _message(raw: Any, where: str, notes: list[str]) -> Message:
     parts = _content(content, role, where)
     rare = not _RARE_FIELDS.isdisjoint(raw)
     if rare and role not in ("system", "developer"):
-        for field in ("tools", "response_format"):
-            if raw.get(field) is not None:
+        for key in ("tools", "response_format"):
+            if raw.get(key) is not None:
                 raise InvalidRequest(
-                    f"{field} belongs on a system or developer message (or on the request)",
-                    f"{where}.{field}",
+                    f"{key} belongs on a system or developer message (or on the request)",
+                    f"{where}.{key}",
                 )
     if role == "developer" and not any(isinstance(p, TextPart) and p.text for p in parts):
         raise InvalidRequest("a developer message needs text content", f"{where}.content")
@@ -580,7 +586,8 @@ def _history_calls(raw: Any, where: str, notes: list[str]) -> tuple[HistoryCall,
         arguments_where = f"{call_where}.function.arguments"
         arguments = history_arguments(function.get("arguments"), arguments_where, notes)
         call_id = _optional_str(call.get("id"), call_where, "id") or None
-        calls.append(HistoryCall(call_id, name, arguments))
+        text = function.get("arguments")
+        calls.append(HistoryCall(call_id, name, arguments, text if isinstance(text, str) else None))
     return check_call_ids(calls, f"{where}.tool_calls")
 
 

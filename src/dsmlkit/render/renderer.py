@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from operator import itemgetter
 from typing import Any, TypeVar
 
@@ -36,6 +37,7 @@ from dsmlkit.parse import StartIn, parse
 from dsmlkit.render.builder import Piece, PromptBuilder
 from dsmlkit.render.conversation import (
     Conversation,
+    HistoryCall,
     ImagePart,
     Message,
     Part,
@@ -325,7 +327,8 @@ class _Writer:
             tool.name: tool for message in conversation for tool in message.tools
         }
         self._closing_sequence = _closing_sequence_pattern(options.dialect)
-        self._markup = _Markup.of(options.dialect)
+        dialect = options.dialect
+        self._markup = _markup_of(dialect.block, dialect.invoke, dialect.parameter)
         self._read_backs: list[_ReadBack] = []
 
     # -- V3.2 ---------------------------------------------------------------------------
@@ -561,41 +564,29 @@ class _Writer:
                 )
 
     def _calls_block(self, message: Message) -> None:
-        """The calls as one block. Its text alternates template markup (even items) and the
-        caller's names, keys and values (odd items); split at the markup's markers it is
-        written in one go, unless a caller's string holds the marker itself."""
+        """The calls as one block, split at the markup's markers and written in one go;
+        written piece by piece (and read back) when a caller's text in it holds DSML."""
         markup = self._markup
+        invokes: list[str] = []
+        for call in message.tool_calls:
+            text = markup.invoke(call)
+            if text is None:
+                break
+            invokes.append(text)
+        else:
+            block = markup.block_open + "\n".join(invokes) + markup.block_close
+            self.out.between(MARKER, block.split(MARKER))
+            return
         out = self.out
         start = out.length
-        string_value, json_value = markup.string_value, markup.json_value
-        next_open = markup.next_parameter_open
-        texts = [markup.block_open]
+        out.template(markup.block_open)
         for i, call in enumerate(message.tool_calls):
-            texts[-1] += markup.next_invoke_open if i else markup.invoke_open
-            texts.append(call.name)
-            if call.arguments:
-                first = len(texts)
-                texts += [
-                    text
-                    for key, value in call.arguments.items()
-                    for text in (
-                        (next_open, key, string_value, value)
-                        if isinstance(value, str)
-                        else (next_open, key, json_value, to_json(value))
-                    )
-                ]
-                texts[first] = markup.first_parameter_open
-                texts.append(markup.invoke_close)
-            else:
-                texts.append(markup.invoke_close_bare)
-        texts[-1] += markup.block_close
-        caller_text = "".join(texts[1::2])
-        if MARKER in caller_text:
-            for j, text in enumerate(texts):
+            if i:
+                out.template("\n")
+            for j, text in enumerate(markup.invoke_texts(call)):
                 (out.text if j % 2 else out.template)(text)
-        else:
-            out.between(MARKER, "".join(texts).split(MARKER))
-        if "DSML" in caller_text and self._values_hold_markup(message):
+        out.template(markup.block_close)
+        if self._values_hold_markup(message):
             self._read_backs.append(_ReadBack(message, start, out.length))
 
     def _values_hold_markup(self, message: Message) -> bool:
@@ -618,18 +609,24 @@ class _Writer:
             )
 
 
-@dataclass(frozen=True)
+#: How many invokes each dialect's markup keeps for reuse, and up to what arguments length:
+#: at most a few MB; when full it starts again.
+_REUSE_LIMIT = 2048
+_REUSE_MAX_CHARS = 2048
+
+
+@dataclass(frozen=True, eq=False)
 class _Markup:
     """The tool-call markup strings of one dialect, around the caller's names and values.
 
     Markup that always stands together is one string (one write): the end of the invoke
     name with the first parameter's opening, a parameter's closing tag with the next one's
-    opening or with the invoke's closing tag.
+    opening or with the invoke's closing tag. One value per dialect's tag names (see
+    :func:`_markup_of`), which keeps the invokes it wrote for reuse.
     """
 
     block_open: str
     invoke_open: str
-    next_invoke_open: str
     first_parameter_open: str  # '">' ending the invoke name, then the parameter opening
     next_parameter_open: str  # the previous parameter's closing tag, then the opening
     string_value: str
@@ -637,25 +634,77 @@ class _Markup:
     invoke_close: str  # the last parameter's closing tag, then the invoke's
     invoke_close_bare: str  # an invoke without parameters: '">', then its closing tag
     block_close: str
+    #: Invoke texts (None: its caller text holds DSML) by name and arguments text.
+    written: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
-    @classmethod
-    def of(cls, dialect: Dialect) -> _Markup:
-        invoke_open = f'<{MARKER}{dialect.invoke} name="'
-        parameter_open = f'<{MARKER}{dialect.parameter} name="'
-        parameter_close = f"</{MARKER}{dialect.parameter}>"
-        invoke_close = f"\n</{MARKER}{dialect.invoke}>"
-        return cls(
-            block_open=f"\n\n<{MARKER}{dialect.block}>\n",
-            invoke_open=invoke_open,
-            next_invoke_open="\n" + invoke_open,
-            first_parameter_open='">\n' + parameter_open,
-            next_parameter_open=f"{parameter_close}\n{parameter_open}",
-            string_value='" string="true">',
-            json_value='" string="false">',
-            invoke_close=parameter_close + invoke_close,
-            invoke_close_bare='">\n' + invoke_close,
-            block_close=f"\n</{MARKER}{dialect.block}>",
+    def invoke_texts(self, call: HistoryCall) -> list[str]:
+        """One call's invoke: template markup (even items) and the caller's name, keys and
+        values (odd items)."""
+        if not call.arguments:
+            return [self.invoke_open, call.name, self.invoke_close_bare]
+        string_value, json_value, next_open = (
+            self.string_value,
+            self.json_value,
+            self.next_parameter_open,
         )
+        texts = [self.invoke_open, call.name]
+        texts += [
+            text
+            for key, value in call.arguments.items()
+            for text in (
+                (next_open, key, string_value, value)
+                if isinstance(value, str)
+                else (next_open, key, json_value, to_json(value))
+            )
+        ]
+        texts[2] = self.first_parameter_open
+        texts.append(self.invoke_close)
+        return texts
+
+    def invoke(self, call: HistoryCall) -> str | None:
+        """One call's invoke text; None when the caller's text in it holds DSML.
+
+        The same name and arguments text always give the same text, so a call read from
+        text reuses the invoke written for an earlier request's copy of it.
+        """
+        source = call.arguments_text
+        if source is None:
+            return self._invoke_text(call)
+        key = (call.name, source)
+        try:
+            return self.written[key]
+        except KeyError:
+            pass
+        text = self._invoke_text(call)
+        if len(source) <= _REUSE_MAX_CHARS:
+            if len(self.written) >= _REUSE_LIMIT:
+                self.written.clear()
+            self.written[key] = text
+        return text
+
+    def _invoke_text(self, call: HistoryCall) -> str | None:
+        texts = self.invoke_texts(call)
+        return None if "DSML" in "".join(texts[1::2]) else "".join(texts)
+
+
+@lru_cache(maxsize=64)
+def _markup_of(block: str, invoke: str, parameter: str) -> _Markup:
+    """The markup for a dialect's tag names."""
+    invoke_open = f'<{MARKER}{invoke} name="'
+    parameter_open = f'<{MARKER}{parameter} name="'
+    parameter_close = f"</{MARKER}{parameter}>"
+    invoke_close = f"\n</{MARKER}{invoke}>"
+    return _Markup(
+        block_open=f"\n\n<{MARKER}{block}>\n",
+        invoke_open=invoke_open,
+        first_parameter_open='">\n' + parameter_open,
+        next_parameter_open=f"{parameter_close}\n{parameter_open}",
+        string_value='" string="true">',
+        json_value='" string="false">',
+        invoke_close=parameter_close + invoke_close,
+        invoke_close_bare='">\n' + invoke_close,
+        block_close=f"\n</{MARKER}{block}>",
+    )
 
 
 def _merge_user_turns(conversation: Sequence[Message]) -> list[_UserTurn | Message]:
