@@ -668,23 +668,17 @@ class _Markup:
         text reuses the invoke written for an earlier request's copy of it.
         """
         source = call.arguments_text
-        if source is None:
-            return self._invoke_text(call)
-        key = (call.name, source)
-        try:
-            return self.written[key]
-        except KeyError:
-            pass
-        text = self._invoke_text(call)
-        if len(source) <= _REUSE_MAX_CHARS:
+        if source is not None:
+            kept = self.written.get((call.name, source), "")  # "": none kept (no invoke is "")
+            if kept != "":
+                return kept
+        texts = self.invoke_texts(call)
+        text = None if "DSML" in "".join(texts[1::2]) else "".join(texts)
+        if source is not None and len(source) <= _REUSE_MAX_CHARS:
             if len(self.written) >= _REUSE_LIMIT:
                 self.written.clear()
-            self.written[key] = text
+            self.written[call.name, source] = text
         return text
-
-    def _invoke_text(self, call: HistoryCall) -> str | None:
-        texts = self.invoke_texts(call)
-        return None if "DSML" in "".join(texts[1::2]) else "".join(texts)
 
 
 @lru_cache(maxsize=64)
