@@ -1,7 +1,8 @@
 """Running the app under uvicorn: JSON logs, the header timeout, workers and a clean stop.
 
 * every log line is one JSON object (:class:`JsonFormatter`; Python warnings included);
-* :class:`TimedH11Protocol` closes a connection whose request headers are not complete
+* the HTTP protocol (uvicorn's httptools one when installed, else h11; the event loop is
+  uvloop when installed) closes a connection whose request headers are not complete
   within the header timeout (slowloris), on the first request and on every keep-alive one;
 * SIGINT / SIGTERM stop the server without a traceback: uvicorn stops accepting and lets
   running requests finish; after the grace period the app ends every stream still open
@@ -75,15 +76,20 @@ def configure_logging(level: str) -> None:
     logging.captureWarnings(True)
 
 
-class TimedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol, plus: request headers must arrive within a time limit."""
+class _HeaderTimeout(asyncio.Protocol):
+    """A mixin for uvicorn's HTTP protocols: request headers must arrive within a time
+    limit (from their first byte; on the first request and on every keep-alive one)."""
 
-    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
-        super().__init__(config, *args, **kwargs)
-        self.header_timeout: float = getattr(config, "dsmlkit_header_timeout", 10.0)
+    config: uvicorn.Config
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    cycle: Any
+
+    def _start_header_timer(self) -> None:
+        self.header_timeout: float = getattr(self.config, "dsmlkit_header_timeout", 10.0)
         self._header_timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._arm()
 
@@ -99,7 +105,7 @@ class TimedH11Protocol(H11Protocol):
         super().connection_lost(exc)
 
     def _awaiting_headers(self) -> bool:
-        return self.cycle is None or self.cycle.response_complete
+        return self.cycle is None or bool(self.cycle.response_complete)
 
     def _arm(self) -> None:
         if self._header_timer is None:
@@ -114,6 +120,31 @@ class TimedH11Protocol(H11Protocol):
         self._header_timer = None
         if self._awaiting_headers() and not self.transport.is_closing():
             self.transport.close()
+
+
+class TimedH11Protocol(_HeaderTimeout, H11Protocol):
+    """uvicorn's h11 protocol (pure Python), with the header timeout."""
+
+    def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
+        super().__init__(config, *args, **kwargs)
+        self._start_header_timer()
+
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # no httptools: h11
+    HTTP_PROTOCOL: type[asyncio.Protocol] = TimedH11Protocol
+else:
+
+    class TimedHttpToolsProtocol(_HeaderTimeout, HttpToolsProtocol):
+        """uvicorn's httptools protocol (a C parser: much less CPU per request and per
+        write than h11), with the header timeout."""
+
+        def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
+            super().__init__(config, *args, **kwargs)
+            self._start_header_timer()
+
+    HTTP_PROTOCOL = TimedHttpToolsProtocol
 
 
 def settings_to_environment(config: ServerConfig) -> str:
@@ -143,7 +174,7 @@ def serve(
     config = uvicorn.Config(
         app,
         factory=isinstance(app, str),
-        http=TimedH11Protocol,
+        http=HTTP_PROTOCOL,
         access_log=False,
         log_config=None,
         log_level=log_level,
