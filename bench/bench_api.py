@@ -14,8 +14,9 @@ fed ``InferenceChunk.text`` deltas, each chunk turned into JSON text with ``to_j
 SSE figures are the text the gateway writes, through the same calls (``data: …`` frames,
 Anthropic and Responses ones with their ``event: …`` line); the peer's are its ``to_json``
 strings, without framing. The render rows repeat one request, as an agent resends its
-history; the "every call new" rows first drop the invokes the renderer kept from earlier
-requests (compared with the peer's same path). Prints figures; asserts nothing.
+history; the "nothing kept" rows first drop the messages the reader and the invokes the
+renderer kept from earlier requests (compared with the peer's same path). Prints figures;
+asserts nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from dsmlkit.api.responses import ResponsesStream, parse_responses_request
 from dsmlkit.dialects import get_dialect
 from dsmlkit.parse import MessageCollector, StartIn
 from dsmlkit.render import render, render_conversation
+from dsmlkit.render.conversation import _KEPT
 from dsmlkit.render.renderer import _markup_of
 from dsmlkit.render.tokens import (
     MissingTokenWarning,
@@ -265,10 +267,10 @@ def whole_paths(case: dict[str, Any]) -> dict[str, Callable[[], object]]:
 
 
 #: Our rows that compare with another row's peer figure: the same path with nothing kept
-#: from an earlier request (the renderer keeps the invokes it wrote per arguments text).
+#: from an earlier request (the reader keeps messages, the renderer invokes).
 FIRST_SIGHT = {
-    "render, every call new": "render (converted once)",
-    "convert request + render, every call new": "convert request + render",
+    "render, nothing kept": "render (converted once)",
+    "convert request + render, nothing kept": "convert request + render",
 }
 
 
@@ -285,6 +287,7 @@ def render_paths(body_text: str) -> tuple[dict[str, Callable[[], object]], Any]:
     def first_sight(action: Callable[[], Any]) -> Callable[[], Any]:
         def run() -> Any:
             _markup_of.cache_clear()  # drops the kept invokes with the markup that keeps them
+            _KEPT.clear()
             return action()
 
         return run
@@ -292,8 +295,8 @@ def render_paths(body_text: str) -> tuple[dict[str, Callable[[], object]], Any]:
     paths = {
         "render (converted once)": render_alone,
         "convert request + render": convert_render,
-        "render, every call new": first_sight(render_alone),
-        "convert request + render, every call new": first_sight(convert_render),
+        "render, nothing kept": first_sight(render_alone),
+        "convert request + render, nothing kept": first_sight(convert_render),
     }
     return paths, render_alone()
 

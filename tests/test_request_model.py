@@ -89,3 +89,31 @@ def test_one_error_hierarchy() -> None:
     assert not isinstance(ApiError.for_status(502, "down"), CallerError)
     for cls in (UpstreamError, UsageError, ApiError):
         assert issubclass(cls, DsmlkitError)
+
+
+def _history(arguments: str, result: str) -> list[dict[str, Any]]:
+    call = {"id": "c1", "type": "function", "function": {"name": "shell", "arguments": arguments}}
+    return [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "list files"},
+        {"role": "assistant", "content": None, "reasoning_content": "ls", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": result},
+    ]
+
+
+def test_a_resent_history_reads_as_it_did_and_a_changed_message_reads_anew() -> None:
+    """Messages sent again at the same place are read once; any change is read again, and a
+    message that gave a note gives it every time."""
+
+    def read(messages: list[dict[str, Any]]) -> Any:
+        return parse_request("openai", {"model": "m", "messages": messages, "tools": TOOLS})
+
+    first = read(_history('{"cmd": "ls"}', "a.txt"))
+    again = read(_history('{"cmd": "ls"}', "a.txt"))
+    assert again.conversation == first.conversation
+    changed = read(_history('{"cmd": "ls -a"}', "a.txt\n.git"))
+    assert changed.conversation.messages[2].tool_calls[0].arguments == {"cmd": "ls -a"}
+    assert changed.conversation.messages[3].text() == "a.txt\n.git"
+    for _ in range(2):
+        noted = read(_history("[1]", "a.txt"))
+        assert any("not a JSON object" in note for note in noted.conversation.notes)

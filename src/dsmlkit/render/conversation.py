@@ -443,10 +443,113 @@ class _OpenCalls:
 
 
 def read_messages(messages: Any, notes: list[str]) -> list[Message]:
-    """Messages in canonical form, checked; notes are appended to ``notes``."""
+    """Messages in canonical form, checked; notes are appended to ``notes``.
+
+    A message of a common shape that an earlier request sent at the same place is the
+    message read then (see :class:`_KeptMessages`).
+    """
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("expected a non-empty list of messages", "messages")
-    return [_message(raw, f"messages[{index}]", notes) for index, raw in enumerate(messages)]
+    read = []
+    for index, raw in enumerate(messages):
+        where = f"messages[{index}]"
+        shape = _message_key(raw, where)
+        message = _KEPT.get(shape[0]) if shape is not None else None
+        if message is None:
+            noted = len(notes)
+            message = _message(raw, where, notes)
+            if shape is not None and len(notes) == noted:
+                _KEPT.keep(*shape, message)
+        read.append(message)
+    return read
+
+
+class _KeptMessages:
+    """Messages read before, by everything they were read from (see :func:`_message_key`).
+
+    An agent sends its whole history with every request; a message read from the same
+    strings at the same place reads the same, so it is read once. Bounded by the
+    characters the keys hold (8 million: some tens of MB); when full it starts again.
+    Messages are read-only, so requests can share them.
+    """
+
+    LIMIT = 8_000_000
+
+    def __init__(self) -> None:
+        self._messages: dict[tuple[Any, ...], Message] = {}
+        self._chars = 0
+
+    def get(self, key: tuple[Any, ...]) -> Message | None:
+        return self._messages.get(key)
+
+    def keep(self, key: tuple[Any, ...], chars: int, message: Message) -> None:
+        """Keep ``message`` read from ``key``, which holds ``chars`` characters."""
+        if self._chars + chars > self.LIMIT:
+            self.clear()
+            if chars > self.LIMIT:
+                return
+        self._messages[key] = message
+        self._chars += chars
+
+    def clear(self) -> None:
+        self._messages.clear()
+        self._chars = 0
+
+
+_KEPT = _KeptMessages()
+_CALL_KEYS = frozenset(("id", "type", "function"))
+_FUNCTION_KEYS = frozenset(("name", "arguments"))
+
+
+def _message_key(raw: Any, where: str) -> tuple[tuple[Any, ...], int] | None:
+    """Everything a message of a common shape is read from, as strings (type-exact, so
+    equal keys read alike), with its place; and how many characters that is. None for any
+    other shape."""
+    if raw.__class__ is not dict:
+        return None
+    role = raw.get("role")
+    content = raw.get("content")
+    if role == "tool":
+        call_id = raw.get("tool_call_id")
+        if len(raw) == 3 and content.__class__ is str and call_id.__class__ is str:
+            return (where, role, call_id, content), len(content) + len(call_id)
+        return None
+    if role in ("user", "system"):
+        if len(raw) == 2 and content.__class__ is str:
+            return (where, role, content), len(content)
+        return None
+    if role != "assistant":
+        return None
+    reasoning = raw.get("reasoning_content")
+    calls = raw.get("tool_calls")
+    given = 1 + ("content" in raw) + ("reasoning_content" in raw) + ("tool_calls" in raw)
+    if len(raw) != given:
+        return None
+    chars = 0
+    for text in (content, reasoning):
+        if text is not None:
+            if text.__class__ is not str:
+                return None
+            chars += len(text)
+    if calls is None:
+        return (where, role, content, reasoning, None), chars
+    if calls.__class__ is not list:
+        return None
+    call_keys = []
+    for call in calls:
+        if call.__class__ is not dict or call.keys() != _CALL_KEYS or call["type"] != "function":
+            return None
+        function = call["function"]
+        if function.__class__ is not dict or function.keys() != _FUNCTION_KEYS:
+            return None
+        call_id, name, arguments = call["id"], function["name"], function["arguments"]
+        if call_id.__class__ is not str or name.__class__ is not str:
+            return None
+        if arguments.__class__ is not str:
+            return None
+        call_keys.append((call_id, name, arguments))
+        chars += len(call_id) + len(name) + len(arguments)
+    return (where, role, content, reasoning, tuple(call_keys)), chars
 
 
 #: Message fields most messages leave out; they are read when one is there.
