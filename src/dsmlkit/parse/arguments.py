@@ -42,6 +42,29 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _NESTING_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
 
 
+#: From this length an ASCII text is escaped with ``str.replace`` (a few fast passes)
+#: rather than ``encode_basestring`` (one slower pass); shorter texts are not worth it.
+_LONG_TEXT = 1024
+#: Control characters ``encode_basestring`` writes as ``\\uXXXX`` or ``\\b``/``\\f``.
+_RARE_CONTROLS = bytes(c for c in range(0x20) if c not in b"\n\r\t")
+
+
+def json_fragment(text: str) -> str:
+    """``text`` as the inside of a JSON string: ``encode_basestring(text)[1:-1]``, faster."""
+    if len(text) < _LONG_TEXT or not text.isascii():
+        return encode_basestring(text)[1:-1]
+    ascii_bytes = text.encode("ascii")
+    if len(ascii_bytes.translate(None, _RARE_CONTROLS)) != len(text):
+        return encode_basestring(text)[1:-1]
+    return (
+        text.replace("\\", "\\\\")
+        .replace('"', '\\"')
+        .replace("\n", "\\n")
+        .replace("\r", "\\r")
+        .replace("\t", "\\t")
+    )
+
+
 class _Rejected(ValueError):
     """JSON that is valid for Python's decoder but not strict, bounded JSON."""
 
@@ -120,6 +143,7 @@ class ArgumentsBuilder:
         "parts",
         "raw",
         "value_start",
+        "value_texts",
         "wrapper",
     )
 
@@ -143,11 +167,15 @@ class ArgumentsBuilder:
         self.live = False  # value text streams straight out as JSON string fragments
         self.raw: list[str] = []  # typed or dropped value text of the open parameter
         self.value_start = 0  # where the open string value starts in ``parts``
+        # The open string value's text as written, one piece per fragment in ``parts``
+        # while every fragment came through ``value_text`` (then it needs no decoding).
+        self.value_texts: list[str] = []
 
     # ------------------------------------------------------------------ parameters
 
     def open_parameter(self, name: str, is_string: bool) -> None:
         self.param_name, self.is_string, self.raw = name, is_string, []
+        self.value_texts = []
         if name in self.members:
             self.discarding, self.live = True, False
             return
@@ -171,7 +199,8 @@ class ArgumentsBuilder:
         if not text:
             return
         if self.is_string and not self.discarding:
-            self.emit(encode_basestring(text)[1:-1])
+            self.value_texts.append(text)
+            self.emit(json_fragment(text))
         else:
             self.raw.append(text)
 
@@ -190,8 +219,12 @@ class ArgumentsBuilder:
             )
             return
         if self.is_string:
-            encoded = "".join(self.parts[self.value_start :])
-            self.members[name] = json.loads('"' + encoded + '"')
+            texts, self.value_texts = self.value_texts, []
+            if len(texts) == len(self.parts) - self.value_start:
+                self.members[name] = "".join(texts)
+            else:  # some fragments came straight from the parser's per-delta path
+                encoded = "".join(self.parts[self.value_start :])
+                self.members[name] = json.loads('"' + encoded + '"')
             self.emit('"')
             return
         decoded = decode_json(raw)
