@@ -32,7 +32,8 @@ text, closed, JSON body, call ended).
 Scanning is linear: text states and values jump with ``TagScanner.find`` (``str.find``
 and one compiled regex) to the next ``<`` that may start a tag, so any other ``<`` (HTML,
 code) costs nothing; at such a ``<`` the :class:`~dsmlkit.parse.scanner.TagScanner`
-recognises at most one tag of bounded length. What is held back is bounded: up to two
+recognises at most one tag of bounded length (a tag read as a follower is not read again
+as the next tag). What is held back is bounded: up to two
 newlines (the ``\\n\\n`` before a block opener belongs to the markup), one tag, or a closer
 plus the tags that decide it (each gap at most :data:`MAX_FOLLOWER_GAP` whitespace
 characters).
@@ -167,6 +168,9 @@ def _tool_properties(tools: Iterable[Mapping[str, Any]] | None) -> dict[str, set
     return table
 
 
+_UNKNOWN: Final = -2  # not looked for yet
+
+
 class _Settling:
     """What ``_settle`` knows about the kept text while it reads it again."""
 
@@ -176,7 +180,7 @@ class _Settling:
         self.cut_off = cut_off
         self.eos = -1  # where the output ends (the first EOS at or after the reader)
         self.last_text = 0  # end of the last non-whitespace character before ``eos``
-        self.sequence_start = -1  # start of the closing sequence ending there, or -1
+        self.sequence_start = _UNKNOWN  # start of the closing sequence ending there, or -1
 
 
 class Parser:
@@ -227,6 +231,10 @@ class Parser:
         self._tail: list[str] = []  # text after the block (or after EOS)
         self._tentative: tuple[str, int] | None = None  # closing sequence, first closer length
         self._settling: _Settling | None = None
+        # The last tag scanned in a buffer, and where: followers are scanned again as tags.
+        self._scanned_buf = ""
+        self._scanned_key = (-1, False)
+        self._scanned: Tag | Pending | None = None
         self._gap = -1  # the machine waits only for the end of this much trailing whitespace
         self._body_raw: list[str] = []
         self._json_depth = 0
@@ -672,7 +680,12 @@ class Parser:
 
     def _scan(self, buf: str, start: int, in_value: bool = False) -> Tag | Pending | _CutOff | None:
         """The tag at ``buf[start] == "<"``; at the end of a cut-off output, CUT_OFF."""
-        tag = self._scanner.scan(buf, start, False, in_value=in_value)
+        key = (start, in_value)
+        if buf is self._scanned_buf and key == self._scanned_key:
+            tag = self._scanned  # the same tag again (a follower, then the tag itself)
+        else:
+            tag = self._scanner.scan(buf, start, False, in_value=in_value)
+            self._scanned_buf, self._scanned_key, self._scanned = buf, key, tag
         if tag is PENDING and self._final:
             return CUT_OFF if self._engine_finish == "length" else None
         return tag
@@ -770,9 +783,11 @@ class Parser:
             while last > end and buf[last - 1].isspace():
                 last -= 1
             settling.last_text = last
-            settling.sequence_start = self._closing_sequence_start(buf, last)
+            settling.sequence_start = _UNKNOWN
         if settling.last_text <= end:
             return False  # only whitespace follows: the close stands
+        if settling.sequence_start == _UNKNOWN:  # read once, when first needed
+            settling.sequence_start = self._closing_sequence_start(buf, settling.last_text)
         return 0 <= end <= settling.sequence_start
 
     def _closers_were_value_text(
