@@ -61,6 +61,11 @@ def bar_runs_content(d: Dialect, size: int) -> str:
     return _repeat("<" + "｜" * 60 + "<|DSML" + "|" * 60, size)
 
 
+def far_tags_among_angle_brackets(d: Dialect, size: int) -> str:
+    """A tag worth scanning only every few hundred characters of '<' and bars (value)."""
+    return _call(d, _repeat("<think>" + "a<b|" * 80, size))
+
+
 def partial_markers_content(d: Dialect, size: int) -> str:
     return _repeat("<｜DSML｜ <|DSML|" + d.block.strip() + " </｜DS ", size)
 
@@ -75,4 +80,5 @@ SHAPES: dict[str, Callable[[Dialect, int], str]] = {
     "long bar runs (value)": bar_runs_value,
     "long bar runs (content)": bar_runs_content,
     "partial markers (content)": partial_markers_content,
+    "far tags among '<' and bars": far_tags_among_angle_brackets,
 }

@@ -143,6 +143,8 @@ _NEAR_END = 1 + len(_PLAIN_PARAM_CLOSE) + 1
 _BAR_REACH = 2 + _MAX_MARKER_SPACES + 1
 _THINK_WORD = THINK_OPEN[1:]
 _PLAIN_CLOSE_TAG = "</" + _PLAIN_PARAM_CLOSE
+# Keys of what ``find`` remembers besides the needles it searched for (no needle is empty).
+_MARKER_KEY, _THINK_KEY = "marker", "think tag"
 
 _CLOSE_ATTRS = _attr_patterns(_END)
 _INVOKE_ATTRS = _attr_patterns(_NAME_ATTR + _END)
@@ -261,17 +263,30 @@ class TagScanner:
         ]
         return min(found, default=-1)
 
-    def _next(self, text: str, needle: str, at: int) -> int:
-        """``text.find(needle, at)``, answered from memory when an earlier search covers it."""
-        searched_from, position = self._found.get(needle, (-1, -1))
+    def _remembered(self, key: str, at: int) -> int | None:
+        """The first ``key`` at or after ``at`` if an earlier search of this text tells."""
+        searched_from, position = self._found.get(key, (-1, -1))
         if 0 <= searched_from <= at and (position < 0 or position >= at):
             return position
-        position = text.find(needle, at)
-        self._found[needle] = (at, position)
+        return None
+
+    def _next(self, text: str, needle: str, at: int) -> int:
+        """``text.find(needle, at)``, answered from memory when an earlier search covers it."""
+        position = self._remembered(needle, at)
+        if position is None:
+            position = text.find(needle, at)
+            self._found[needle] = (at, position)
         return position
 
     def _after_bar(self, text: str, lt: int) -> int:
         """The first '<' from ``lt`` that the bars of a marker follow (see ``_TAG_START``)."""
+        found = self._remembered(_MARKER_KEY, lt)
+        if found is None:
+            found = self._marker_from(text, lt)
+            self._found[_MARKER_KEY] = (lt, found)
+        return found
+
+    def _marker_from(self, text: str, lt: int) -> int:
         while True:
             bars = [b for b in (self._next(text, bar, lt + 1) for bar in _LENIENT_BARS) if b >= 0]
             if not bars:
@@ -287,15 +302,22 @@ class TagScanner:
 
     def _think(self, text: str, lt: int) -> int:
         """The first ``<think>`` or ``</think>`` from ``lt``."""
+        found = self._remembered(_THINK_KEY, lt)
+        if found is not None:
+            return found
         at = lt + 1
         while True:
             word = self._next(text, _THINK_WORD, at)
             if word < 0:
-                return -1
+                found = -1
+                break
             before = text.rfind("<", max(lt, word - 2), word)
             if before >= 0 and text[before + 1 : word] in ("", "/"):
-                return before
+                found = before
+                break
             at = word + 1
+        self._found[_THINK_KEY] = (lt, found)
+        return found
 
     def scan(
         self, text: str, start: int, final: bool, *, in_value: bool = False
