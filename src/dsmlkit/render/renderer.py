@@ -673,7 +673,10 @@ class _Markup:
             if kept != "":
                 return kept
         texts = self.invoke_texts(call)
-        text = None if "DSML" in "".join(texts[1::2]) else "".join(texts)
+        joined = "".join(texts)
+        # The markup holds DSML 2k + 2 times for k parameters (len(texts) is 4k + 3); any
+        # more are the caller's (no markup string starts or ends with part of "DSML").
+        text = joined if joined.count("DSML") == len(texts) // 2 + 1 else None
         if source is not None and len(source) <= _REUSE_MAX_CHARS:
             if len(self.written) >= _REUSE_LIMIT:
                 self.written.clear()
