@@ -92,6 +92,8 @@ def _check(text: str, starts: list[int], start: int, found: int) -> None:
 @example("<td>" + "x" * 300 + "</param", [])
 @example("<td>" + "x" * 300 + "a | b|</｜DSML｜parameter>", [])  # a marker just after a bar
 @example("<td>" + "x" * 300 + "<a>think> </think>", [])
+@example("<td>" + "x" * 251 + "</｜DSML｜parameter>" + "x" * 300, [])  # across 256 characters
+@example("<td>" + "x" * 250 + "</｜DSML｜parameter>" + "x" * 300, [])
 def test_find_skips_no_tag_start(text: str, starts_at: list[int]) -> None:
     for scanner in SCANNERS:
         starts = _tag_starts(scanner, text)

@@ -241,11 +241,16 @@ class TagScanner:
         lt = text.find("<", start)
         if lt < 0:
             return lt
-        # In the window, a tag cut by the window's end still matches (as a prefix at \Z).
+        # In the window, a tag cut by the window's end still matches (as a prefix at \Z);
+        # a match that reaches that end is checked against the whole text.
         window = lt + _FAR
         match = _TAG_START.search(text, lt, window)
-        if match is not None:
-            return match.start()
+        while match is not None:
+            if match.end() < window or window >= len(text):
+                return match.start()
+            if _TAG_START.match(text, match.start()):
+                return match.start()
+            match = _TAG_START.search(text, match.start() + 1, window)
         lt = text.find("<", window)
         if lt < 0:
             return lt
