@@ -101,6 +101,25 @@ class PromptBuilder:
         if runs[last]:
             text_run.append(runs[last])
 
+    def extend(self, pieces: Sequence[Piece], length: int) -> None:
+        """Append what another builder wrote: its ``pieces``, ``length`` characters."""
+        if not pieces:
+            return
+        self.length += length
+        first, last = 0, len(pieces)
+        if not pieces[0][1]:
+            self._text_run.append(pieces[0][0])
+            first = 1
+        if first < last and not pieces[-1][1]:
+            last -= 1
+        if first < last:
+            if self._text_run:
+                self._pieces.append(("".join(self._text_run), False))
+                self._text_run.clear()
+            self._pieces.extend(pieces[first:last])
+            if last < len(pieces):
+                self._text_run.append(pieces[last][0])
+
     def pieces(self) -> tuple[Piece, ...]:
         """The pieces so far; their texts concatenate to the prompt."""
         if self._text_run:

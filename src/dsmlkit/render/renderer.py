@@ -564,18 +564,12 @@ class _Writer:
                 )
 
     def _calls_block(self, message: Message) -> None:
-        """The calls as one block, split at the markup's markers and written in one go;
-        written piece by piece (and read back) when a caller's text in it holds DSML."""
+        """The calls as one block, written in one go; written piece by piece (and read back)
+        when a caller's text in it holds DSML."""
         markup = self._markup
-        invokes: list[str] = []
-        for call in message.tool_calls:
-            text = markup.invoke(call)
-            if text is None:
-                break
-            invokes.append(text)
-        else:
-            block = markup.block_open + "\n".join(invokes) + markup.block_close
-            self.out.between(MARKER, block.split(MARKER))
+        written = markup.block(message.tool_calls)
+        if written is not None:
+            self.out.extend(*written)
             return
         out = self.out
         start = out.length
@@ -609,10 +603,10 @@ class _Writer:
             )
 
 
-#: How many invokes each dialect's markup keeps for reuse, and up to what arguments length:
-#: at most a few MB; when full it starts again.
+#: How many calls blocks each dialect's markup keeps for reuse, and up to what length of
+#: arguments texts: some tens of MB at most; when full it starts again.
 _REUSE_LIMIT = 2048
-_REUSE_MAX_CHARS = 2048
+_REUSE_MAX_CHARS = 8192
 
 
 @dataclass(frozen=True, eq=False)
@@ -622,7 +616,7 @@ class _Markup:
     Markup that always stands together is one string (one write): the end of the invoke
     name with the first parameter's opening, a parameter's closing tag with the next one's
     opening or with the invoke's closing tag. One value per dialect's tag names (see
-    :func:`_markup_of`), which keeps the invokes it wrote for reuse.
+    :func:`_markup_of`), which keeps the calls blocks it wrote for reuse.
     """
 
     block_open: str
@@ -634,8 +628,8 @@ class _Markup:
     invoke_close: str  # the last parameter's closing tag, then the invoke's
     invoke_close_bare: str  # an invoke without parameters: '">', then its closing tag
     block_close: str
-    #: Invoke texts (None: its caller text holds DSML) by name and arguments text.
-    written: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    #: Calls blocks (None: a caller's text holds DSML) by names and arguments texts.
+    written: dict[tuple[tuple[str, str | None], ...], _Written | None] = field(default_factory=dict)
 
     def invoke_texts(self, call: HistoryCall) -> list[str]:
         """One call's invoke: template markup (even items) and the caller's name, keys and
@@ -661,27 +655,43 @@ class _Markup:
         texts.append(self.invoke_close)
         return texts
 
-    def invoke(self, call: HistoryCall) -> str | None:
-        """One call's invoke text; None when the caller's text in it holds DSML.
+    def block(self, calls: Sequence[HistoryCall]) -> _Written | None:
+        """A calls block's pieces and length; None when a caller's text in it holds DSML.
 
-        The same name and arguments text always give the same text, so a call read from
-        text reuses the invoke written for an earlier request's copy of it.
+        Split at the markup's markers: no caller's text holds one. The same names and
+        arguments texts always give the same block, so calls read from text reuse the block
+        written for an earlier request's copy of them.
         """
-        source = call.arguments_text
-        if source is not None:
-            kept = self.written.get((call.name, source), "")  # "": none kept (no invoke is "")
-            if kept != "":
-                return kept
-        texts = self.invoke_texts(call)
-        joined = "".join(texts)
-        # The markup holds DSML 2k + 2 times for k parameters (len(texts) is 4k + 3); any
-        # more are the caller's (no markup string starts or ends with part of "DSML").
-        text = joined if joined.count("DSML") == len(texts) // 2 + 1 else None
-        if source is not None and len(source) <= _REUSE_MAX_CHARS:
+        key = tuple((call.name, call.arguments_text) for call in calls)
+        try:
+            return self.written[key]
+        except KeyError:
+            pass
+        written: _Written | None = None
+        invokes: list[str] = []
+        for call in calls:
+            texts = self.invoke_texts(call)
+            text = "".join(texts)
+            # The markup holds DSML 2k + 2 times for k parameters (len(texts) is 4k + 3);
+            # any more are the caller's (no markup string starts or ends with part of it).
+            if text.count("DSML") != len(texts) // 2 + 1:
+                break
+            invokes.append(text)
+        else:
+            block = self.block_open + "\n".join(invokes) + self.block_close
+            out = PromptBuilder()
+            out.between(MARKER, block.split(MARKER))
+            written = (out.pieces(), len(block))
+        sources = [call.arguments_text for call in calls if call.arguments_text is not None]
+        if len(sources) == len(calls) and sum(map(len, sources)) <= _REUSE_MAX_CHARS:
             if len(self.written) >= _REUSE_LIMIT:
                 self.written.clear()
-            self.written[call.name, source] = text
-        return text
+            self.written[key] = written
+        return written
+
+
+#: A written calls block: its pieces and its length.
+_Written = tuple[tuple[Piece, ...], int]
 
 
 @lru_cache(maxsize=64)
