@@ -15,7 +15,7 @@ SSE figures are the text the gateway writes, through the same calls (``data: …
 Anthropic and Responses ones with their ``event: …`` line); the peer's are its ``to_json``
 strings, without framing. The render rows repeat one request, as an agent resends its
 history; the "nothing kept" rows time one request after dropping (untimed) the messages
-the reader and the invokes the renderer kept from earlier requests (compared with the
+the reader and the calls blocks the renderer kept before (compared with the
 peer's same path). Prints figures;
 asserts nothing.
 """
@@ -289,7 +289,7 @@ def whole_paths(case: dict[str, Any]) -> dict[str, Callable[[], object]]:
 
 
 #: Our rows that compare with another row's peer figure: the same path with nothing kept
-#: from an earlier request (the reader keeps messages, the renderer invokes).
+#: from an earlier request (the reader keeps messages, the renderer calls blocks).
 FIRST_SIGHT = {
     "render, nothing kept": "render (converted once)",
     "convert request + render, nothing kept": "convert request + render",
@@ -297,8 +297,8 @@ FIRST_SIGHT = {
 
 
 def forget_kept() -> None:
-    """Drop what the reader (messages) and the renderer (invokes) kept from earlier requests."""
-    _markup_of.cache_clear()  # the kept invokes go with the markup that keeps them
+    """Drop what the reader (messages) and the renderer (calls blocks) kept before."""
+    _markup_of.cache_clear()  # the kept blocks go with the markup that keeps them
     _KEPT.clear()
 
 
