@@ -528,7 +528,7 @@ async def hold_streams(
         route = "/v1/chat/completions" if args.api == "openai" else "/v1/messages"
         jobs = [
             (urls["hold"] + route, request_body(args.api, "Held", n), f"Held {n}")
-            for n in numbers.take(args.hold)
+            for n in numbers.take(args.hold + 4)
         ]
         await run_load(client, jobs[:4], 4)  # both workers warm
         load_before = uptime()
@@ -591,10 +591,9 @@ def report(
         )
     if hold is not None:
         load, cpu, loadavg = hold
-        total = args.hold - 4
         print(
-            f"  hold: {total} streams at once through the gateway with --workers {HOLD_WORKERS} "
-            f"({HOLD_CHUNKS} chunks, one every {HOLD_INTERVAL:g} s)  ({loadavg})"
+            f"  hold: {args.hold} streams at once through the gateway with --workers "
+            f"{HOLD_WORKERS} ({HOLD_CHUNKS} chunks, one every {HOLD_INTERVAL:g} s)  ({loadavg})"
         )
         print(
             f"    {load.completed} completed, {len(load.lost)} lost, at most {load.most_open} "

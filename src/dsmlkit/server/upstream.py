@@ -19,9 +19,6 @@ from dsmlkit.errors import UpstreamError
 
 #: How much of an upstream error body is read to quote its message.
 _ERROR_BODY_LIMIT = 64 * 1024
-#: How long, and how many bytes, the rest of a body after ``[DONE]`` is read for.
-_DRAIN_SECONDS = 0.25
-_DRAIN_LIMIT = 64 * 1024
 
 
 def error_message(body: bytes) -> str:
@@ -53,9 +50,11 @@ class UpstreamStream:
 
     Iteration ends at ``data: [DONE]`` or at the end of the body; ``seconds`` is the time
     from sending the request to the end of the stream (or to now, while it runs). Past
-    ``deadline`` (a :func:`time.monotonic` time) the stream fails as a timeout. After
-    ``[DONE]``, :meth:`aclose` reads the rest of the body (briefly) so that the connection
-    goes back to the pool instead of being closed.
+    ``deadline`` (a :func:`time.monotonic` time) the stream fails as a timeout.
+
+    A response closed at ``[DONE]`` closes its connection rather than reading on to the end
+    of the body to pool it: with many streams open, httpcore's pool walks every pooled
+    connection on each request, which costs more CPU than the new connection.
     """
 
     def __init__(self, response: httpx.Response, sent_at: float, deadline: float) -> None:
@@ -64,7 +63,6 @@ class UpstreamStream:
         self._sent_at = sent_at
         self._deadline = deadline
         self._ended_at: float | None = None
-        self._done = False
 
     @property
     def seconds(self) -> float:
@@ -86,7 +84,6 @@ class UpstreamStream:
                 if batch:
                     yield batch
                 if done:
-                    self._done = lines.failure is None
                     break
             else:
                 batch = lines.close()
@@ -120,21 +117,7 @@ class UpstreamStream:
     async def aclose(self) -> None:
         """Close the response (also when the client went away: shielded from cancellation)."""
         with anyio.CancelScope(shield=True):
-            if self._done:
-                await self._drain()
             await self._response.aclose()
-
-    async def _drain(self) -> None:
-        """Read what follows ``[DONE]`` (normally just the end of the body), within limits."""
-        size = 0
-        with anyio.move_on_after(_DRAIN_SECONDS):
-            try:
-                async for block in self._body:
-                    size += len(block)
-                    if size > _DRAIN_LIMIT:
-                        return
-            except httpx.HTTPError:
-                return
 
 
 class _SseLines:
