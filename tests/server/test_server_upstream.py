@@ -11,7 +11,7 @@ import anyio
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsmlkit.server import ServerConfig, create_app
@@ -184,6 +184,7 @@ def _payloads(reads: list[bytes]) -> list[dict[str, Any]]:
 _EVENTS = [{"choices": [{"index": 0, "text": text}]} for text in ("a", "é\n", "", "日本")]
 
 
+@settings(derandomize=True, deadline=None)  # an anyio loop per example: slow under load
 @given(
     ending=st.sampled_from(["\n", "\r\n", "\r"]),
     cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12),
