@@ -32,6 +32,7 @@ from dsmlkit.api import (
     unseal,
 )
 from dsmlkit.dialects import V4_1
+from dsmlkit.errors import CallerError
 from dsmlkit.parse import MessageCollector, ParsedMessage
 from tests.helpers import random_chunks, write_block
 
@@ -352,7 +353,7 @@ def test_tool_choice_reports() -> None:
     req = responses_request(tool_choice="none")
     _, stream = stream_events(req, [WEATHER])
     assert [d.kind for d in stream.diagnostics] == ["tool_choice_none_violated"]
-    with pytest.raises(RuntimeError):
+    with pytest.raises(CallerError, match="call finish"):
         _ = ResponsesStream(req, id="resp_x", created_at=0).diagnostics
 
 

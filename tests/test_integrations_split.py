@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from dsmlkit.errors import CallerError
 from dsmlkit.integrations.split import ReasoningSplit
 from dsmlkit.parse import MessageCollector
 from tests.helpers import counter_ids, parse_chunks, random_chunks, summary
@@ -61,5 +62,5 @@ def test_split_hands_over_once_then_refuses_more() -> None:
     assert (step.reasoning, step.after) == ("plan", None)
     step = split.feed("nk>Answer <b>")
     assert (step.reasoning, step.after) == ("", "Answer <b>")
-    with pytest.raises(RuntimeError, match="tool parser"):
+    with pytest.raises(CallerError, match="tool parser"):
         split.feed("more")

@@ -736,7 +736,7 @@ class ResponsesStream:
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         """The parser's diagnostics and tool_choice's report (after :meth:`finish`)."""
         if self._message is None:
-            raise RuntimeError("diagnostics are known after finish()")
+            raise CallerError("diagnostics are known after finish(); call finish() first")
         return response_diagnostics(self._message, self._req)
 
     def _steps(

@@ -13,6 +13,8 @@ from collections.abc import Callable, Hashable
 from json.encoder import encode_basestring
 from typing import Any, Generic, TypeVar
 
+from dsmlkit.errors import CallerError
+
 Key = TypeVar("Key", bound=Hashable)
 
 #: The frame that ends an OpenAI stream. Anthropic streams never send it.
@@ -86,7 +88,7 @@ class TextFrames(Generic[Key]):
             for marker in markers:
                 before, found, rest = rest.partition(encode_basestring(marker))
                 if not found:
-                    raise ValueError(
+                    raise CallerError(
                         f"the frame of {key!r} does not hold its values as strings, in order"
                     )
                 parts.append(before)

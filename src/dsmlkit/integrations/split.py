@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dsmlkit.dialects import THINK_CLOSE
+from dsmlkit.errors import CallerError
 from dsmlkit.parse import Diagnostic, Event, Parser, ReasoningDelta, ReasoningEnd
 
 
@@ -45,7 +46,7 @@ class ReasoningSplit:
     def feed(self, text: str) -> SplitStep:
         """Consume one delta of model output."""
         if self.ended:
-            raise RuntimeError("reasoning already ended: feed the rest to the tool parser")
+            raise CallerError("reasoning already ended: feed the rest to the tool parser")
         self._unaccounted += text
         return self._account(self._parser.feed(text))
 

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dsmlkit.errors import DsmlkitError, InvalidRequest
+from dsmlkit.errors import CallerError, DsmlkitError, InvalidRequest
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -80,7 +80,7 @@ class SegmentCache:
 
     def __init__(self, size: int = DEFAULT_CACHE_SIZE) -> None:
         if size < 0:
-            raise ValueError("the cache size must be 0 or more units")
+            raise CallerError("the cache size must be 0 or more units")
         self.size = size
         self.used = 0
         self._entries: OrderedDict[str, array[int]] = OrderedDict()

@@ -23,6 +23,8 @@ from typing import Any, Protocol
 
 import anyio.to_thread
 
+from dsmlkit.errors import CallerError
+
 #: How long an entry lives unless the caller says otherwise (seconds).
 DEFAULT_TTL = 24 * 3600.0
 #: Entries the memory store holds before it drops the least recently used.
@@ -89,11 +91,11 @@ def open_store(setting: str, *, memory_entries: int = DEFAULT_MEMORY_ENTRIES) ->
     if setting.startswith("sqlite:"):
         path = setting.removeprefix("sqlite:")
         if not path:
-            raise ValueError("--state sqlite:PATH needs a file path, e.g. sqlite:/var/lib/ds.db")
+            raise CallerError("--state sqlite:PATH needs a file path, e.g. sqlite:/var/lib/ds.db")
         return SqliteStore(path)
     if setting.startswith(("redis://", "rediss://", "unix://")):
         return RedisStore(setting)
-    raise ValueError(
+    raise CallerError(
         f"--state must be memory, sqlite:PATH or redis://HOST:PORT/DB, not {setting!r}"
     )
 
@@ -105,7 +107,7 @@ class MemoryStore:
 
     def __init__(self, max_entries: int = DEFAULT_MEMORY_ENTRIES) -> None:
         if max_entries <= 0:
-            raise ValueError("max_entries must be positive")
+            raise CallerError("max_entries must be positive")
         self._max = max_entries
         self._entries: OrderedDict[str, tuple[float, str]] = OrderedDict()
 
@@ -163,7 +165,7 @@ class SqliteStore:
                 "(key TEXT PRIMARY KEY, value TEXT NOT NULL, expires REAL NOT NULL)"
             )
         except sqlite3.Error as exc:
-            raise ValueError(f"--state {self.description}: cannot open the file: {exc}") from exc
+            raise CallerError(f"--state {self.description}: cannot open the file: {exc}") from exc
 
     async def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         wanted = list(dict.fromkeys(keys))
@@ -236,7 +238,7 @@ class RedisStore:
         try:
             import redis.asyncio as aioredis
         except ImportError as exc:
-            raise ValueError(
+            raise CallerError(
                 "--state redis://… needs the redis package: pip install 'dsmlkit[server]'"
             ) from exc
         from redis.exceptions import RedisError
@@ -250,7 +252,7 @@ class RedisStore:
                 decode_responses=True,
             )
         except ValueError as exc:
-            raise ValueError(f"--state {url!r}: {exc}") from exc
+            raise CallerError(f"--state {url!r}: {exc}") from exc
         kwargs = self._client.connection_pool.connection_kwargs
         where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
         self.description = f"redis://{where}/{kwargs.get('db', 0)}"
