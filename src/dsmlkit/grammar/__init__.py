@@ -18,26 +18,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from dsmlkit.dialects import Dialect
-from dsmlkit.grammar.dsml import TOOL_CHOICES, dsml_ebnf
+from dsmlkit.grammar.dsml import TOOL_CHOICES, ebnf
 
 __all__ = ["TOOL_CHOICES", "ebnf", "structural_tag"]
-
-
-def ebnf(
-    dialect: str | Dialect,
-    tools: Iterable[Any],
-    *,
-    tool_choice: str = "auto",
-    thinking: bool = False,
-    parallel: bool = True,
-) -> str:
-    """The grammar as xgrammar EBNF text (root rule ``root``).
-
-    ``tools``: OpenAI function tools (``{"type": "function", "function": {...}}``) or bare
-    function dicts. ``thinking``: the output starts inside reasoning (the prompt ended with
-    ``<think>``). Caller mistakes raise :class:`~dsmlkit.errors.CallerError`.
-    """
-    return dsml_ebnf(dialect, tools, tool_choice=tool_choice, thinking=thinking, parallel=parallel)
 
 
 def structural_tag(

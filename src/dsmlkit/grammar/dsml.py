@@ -114,7 +114,7 @@ def _check_parameters(schema: Any, where: str) -> Mapping[str, Any]:
     return schema
 
 
-def dsml_ebnf(
+def ebnf(
     dialect: str | Dialect,
     tools: Iterable[Any],
     *,
@@ -122,7 +122,12 @@ def dsml_ebnf(
     thinking: bool = False,
     parallel: bool = True,
 ) -> str:
-    """The EBNF text of the grammar (see :func:`dsmlkit.grammar.ebnf`)."""
+    """The grammar as xgrammar EBNF text (root rule ``root``).
+
+    ``tools``: OpenAI function tools (``{"type": "function", "function": {...}}``) or bare
+    function dicts. ``thinking``: the output starts inside reasoning (the prompt ended with
+    ``<think>``). Caller mistakes raise :class:`~dsmlkit.errors.CallerError`.
+    """
     try:
         spelling = get_dialect(dialect)
     except ValueError as exc:
