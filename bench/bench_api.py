@@ -53,12 +53,14 @@ from dsmlkit.render.tokens import (
     MissingTokenWarning,
     PromptTokenizer,
     SegmentCache,
-    bundled_tokenizer_path,
     load_tokenizer,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # tests.helpers: the V4.1 tokenizer file the tests use too
+from tests.helpers import v41_tokenizer_file  # noqa: E402
+
 from bench_parse import chunked, code_text  # noqa: E402
 from bench_render import SEED, TURNS, build_conversation, build_tools  # noqa: E402
 
@@ -463,26 +465,6 @@ def print_table(
     for label, ours, theirs in rows:
         theirs_text = f"{theirs * scale:12.3f}" if theirs is not None else f"{'—':>12}"
         print(f"{label:<46}{ours * scale:12.3f}{theirs_text}{ratio(ours, theirs):>13}")
-
-
-def v41_tokenizer_file(folder: Path) -> Path:
-    """The bundled V4 ``tokenizer.json`` plus V4.1's ``<｜System｜>`` (id 129280), which the
-    V4 file lacks and deepseek-recipe refuses to encode without."""
-    spec = json.loads(bundled_tokenizer_path().read_text(encoding="utf-8"))
-    spec["added_tokens"].append(
-        {
-            "id": 129280,
-            "content": "<｜System｜>",
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "special": False,
-        }
-    )
-    path = folder / "tokenizer.json"
-    path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-    return path
 
 
 def tokenize_figures(

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from dsmlkit.dialects import ASCII_MARKER, DIALECTS, MARKER, Dialect
 from dsmlkit.parse import MessageCollector, ParsedMessage, Parser
+from dsmlkit.render.tokens import bundled_tokenizer_path
 
 ALL_DIALECTS = tuple(DIALECTS.values())
 MARKERS = (MARKER, ASCII_MARKER)
@@ -67,3 +69,23 @@ def summary(message: ParsedMessage) -> dict[str, Any]:
         "reasoning": message.reasoning,
         "calls": [{"name": c.name, "arguments": c.arguments} for c in message.calls],
     }
+
+
+def v41_tokenizer_file(folder: Path) -> Path:
+    """The bundled V4 ``tokenizer.json`` plus V4.1's ``<｜System｜>`` (id 129280), which the
+    V4 file lacks and deepseek-recipe refuses to encode without."""
+    spec = json.loads(bundled_tokenizer_path().read_text(encoding="utf-8"))
+    spec["added_tokens"].append(
+        {
+            "id": 129280,
+            "content": "<｜System｜>",
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": False,
+        }
+    )
+    path = folder / "tokenizer.json"
+    path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    return path

@@ -28,6 +28,7 @@ from dsmlkit.render.tokens import (
     bundled_tokenizer_path,
     load_tokenizer,
 )
+from tests.helpers import v41_tokenizer_file
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 USER, ASSISTANT, SYSTEM = "<｜User｜>", "<｜Assistant｜>", "<｜System｜>"
@@ -181,26 +182,8 @@ def test_missing_image_placeholder_warns(tokenizer: PromptTokenizer) -> None:
         fresh_tokenizer().encode_prompt(result)
 
 
-def _tokenizer_with_system_token(folder: Path) -> Path:
-    spec = json.loads(bundled_tokenizer_path().read_text(encoding="utf-8"))
-    spec["added_tokens"].append(
-        {
-            "id": 129280,
-            "content": SYSTEM,
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "special": False,
-        }
-    )
-    path = folder / "tokenizer.json"
-    path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-    return path
-
-
 def test_a_v41_tokenizer_folder_gives_system_its_id(tmp_path: Path) -> None:
-    _tokenizer_with_system_token(tmp_path)
+    v41_tokenizer_file(tmp_path)
     tokenizer = load_tokenizer(tmp_path)
     assert tokenizer.name == tmp_path.name
     result = render(
@@ -231,7 +214,7 @@ def test_missing_tokenizers_package_says_how_to_install(
 ) -> None:
     monkeypatch.setitem(sys.modules, "tokenizers", None)
     with pytest.raises(TokenizerNotInstalled, match=r"pip install 'dsmlkit\[tokenizer\]'"):
-        load_tokenizer(_tokenizer_with_system_token(tmp_path))
+        load_tokenizer(v41_tokenizer_file(tmp_path))
 
 
 def test_missing_bundled_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
