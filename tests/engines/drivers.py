@@ -15,6 +15,19 @@ from typing import Any
 
 from tests.engines.vectors import hf_tokenizer, parsed_arguments
 
+#: A tool with one required string parameter: what the forced-choice tests offer.
+WEATHER_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
 
 class StreamMerge:
     """Adds up streamed deltas: text appended, tool calls merged by index."""

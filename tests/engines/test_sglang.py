@@ -75,19 +75,7 @@ def test_forced_choice_gets_dsmlkit_structural_tag(choice: str) -> None:
     from sglang.srt.entrypoints.openai.protocol import ToolChoice
     from sglang.srt.function_call.function_call_parser import FunctionCallParser
 
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": "get_weather",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"city": {"type": "string"}},
-                    "required": ["city"],
-                },
-            },
-        }
-    ]
+    tools = [drivers.WEATHER_TOOL]
     request = drivers.sglang_request(tools, thinking=False)
     parser = FunctionCallParser(request.tools, "dsmlkit_v41")
     tool_choice: Any = choice if choice == "required" else ToolChoice(function={"name": choice})

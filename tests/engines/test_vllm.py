@@ -86,19 +86,7 @@ def test_adjust_request_keeps_special_tokens() -> None:
 )
 def test_forced_choice_is_constrained_by_dsmlkit_grammar(choice: Any) -> None:
     grammar = pytest.importorskip("dsmlkit.grammar")
-    tools = [
-        {
-            "type": "function",
-            "function": {
-                "name": "get_weather",
-                "parameters": {
-                    "type": "object",
-                    "properties": {"city": {"type": "string"}},
-                    "required": ["city"],
-                },
-            },
-        }
-    ]
+    tools = [drivers.WEATHER_TOOL]
     parser_cls = drivers.vllm_parser_class("dsmlkit_v41")
     request = drivers.vllm_request(parser_cls, tools, thinking=False, tool_choice=choice)
     name = choice if isinstance(choice, str) else "get_weather"
