@@ -227,9 +227,12 @@ def test_v32_drops_earlier_reasoning_even_with_tools() -> None:
 @pytest.mark.parametrize("dialect", ["v3.2", "v4", "v4.1"])
 def test_developer_turns_before_the_last_user_are_dropped_with_reasoning(dialect: str) -> None:
     messages = [{"role": "developer", "content": "Old rules"}, *HISTORY]
-    assert "Old rules" not in render(messages, dialect=dialect).prompt
-    kept = render(messages, dialect=dialect, drop_thinking=False).prompt
-    assert "Old rules" in kept
+    dropped = render(messages, dialect=dialect)
+    assert "Old rules" not in dropped.prompt
+    assert any(note.startswith("messages[0]: a developer message") for note in dropped.notes)
+    kept = render(messages, dialect=dialect, drop_thinking=False)
+    assert "Old rules" in kept.prompt
+    assert kept.notes == ()
 
 
 # -- request-level tools and response_format --------------------------------------------

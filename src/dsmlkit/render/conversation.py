@@ -355,6 +355,26 @@ def unique_tools(tools: Sequence[Tool]) -> tuple[Tool, ...]:
     return tuple(tools)
 
 
+def as_instruction(message: Message) -> Message:
+    """An OpenAI ``developer`` message as the system message it is, at its place.
+
+    OpenAI's developer role holds the instructions of newer clients (Codex sends its
+    permissions and environment so). DeepSeek's own ``developer`` role is a user turn that
+    thinking mode drops before the last user turn, so the OpenAI readers give the model
+    that text as a system message, which every mode keeps. Other messages are returned as
+    they are.
+    """
+    if message.role != "developer":
+        return message
+    if message.task is not None:
+        raise InvalidRequest(
+            "here a developer message is a system instruction, which takes no task; "
+            "put the task on a user message",
+            f"{message.param}.task",
+        )
+    return replace(message, role="system")
+
+
 def _merge_assistants(messages: Sequence[Message]) -> list[Message]:
     merged: list[Message] = []
     for message in messages:

@@ -454,6 +454,12 @@ class _Writer:
                 kept.append(replace(turn, reasoning=None))
             elif turn.role != "developer":
                 kept.append(turn)
+            else:
+                self.notes.append(
+                    f"{turn.param}: a developer message before the last user turn is left out "
+                    "in thinking mode, as the reference encoders do; send instructions as a "
+                    "system message to keep them"
+                )
         return kept
 
     def _header(self, opens_reasoning: bool) -> None:
