@@ -235,6 +235,36 @@ def test_developer_turns_before_the_last_user_are_dropped_with_reasoning(dialect
     assert kept.notes == ()
 
 
+@pytest.mark.parametrize("dialect", ["v4", "v4.1"])
+@pytest.mark.parametrize(("mode", "header"), [("thinking", "<think>"), ("chat", "</think>")])
+def test_a_final_system_message_opens_the_assistant_turn(
+    dialect: str, mode: str, header: str
+) -> None:
+    messages = [{"role": "user", "content": "u"}, {"role": "system", "content": "s"}]
+    result = render(messages, dialect=dialect, mode=mode)
+    system = "<｜System｜>s" if dialect == "v4.1" else "s"
+    assert result.prompt.endswith(f"<｜User｜>u{system}<｜Assistant｜>{header}")
+    assert result.output_starts_in == ("reasoning" if mode == "thinking" else "content")
+
+
+def test_v4_a_system_message_before_an_assistant_turn_opens_it() -> None:
+    messages = [
+        {"role": "user", "content": "u"},
+        {"role": "system", "content": "s"},
+        {"role": "assistant", "content": "a"},
+        {"role": "system", "content": "t"},
+        {"role": "user", "content": "v"},
+    ]
+    prompt = render(messages, dialect="v4", mode="chat").prompt
+    assert (
+        prompt
+        == BOS
+        + "<｜User｜>us<｜Assistant｜></think>a"
+        + EOS
+        + "t<｜User｜>v<｜Assistant｜></think>"
+    )
+
+
 # -- request-level tools and response_format --------------------------------------------
 
 
