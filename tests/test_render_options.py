@@ -265,6 +265,19 @@ def test_v4_a_system_message_before_an_assistant_turn_opens_it() -> None:
     )
 
 
+def test_v41_tool_results_do_not_start_a_new_user_turn() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": "", "reasoning_content": "R", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "x"},
+    ]
+    kept = render(messages, dialect="v4.1").prompt
+    assert "<｜Assistant｜><think>R</think>" in kept
+    assert kept.endswith("<tool_result>x</tool_result><｜Assistant｜><think>")
+    assert "R" not in render(messages, dialect="v4").prompt  # V4: the results are a user turn
+
+
 # -- request-level tools and response_format --------------------------------------------
 
 

@@ -447,8 +447,14 @@ class _Writer:
         return role in ("user", "developer") or later_system
 
     def _last_user_v4(self, turns: Sequence[_UserTurn | Message]) -> int:
+        """The last user turn; on V4.1 a turn of tool results only is not one (its calls'
+        turn goes on), as the V4.1 reference has it."""
+        results_only_continue = self.options.dialect.system_token
         for i in range(len(turns) - 1, -1, -1):
-            if self._counts_as_user_v4(_role_of(turns[i]), i):
+            turn = turns[i]
+            if results_only_continue and _results_only(turn):
+                continue
+            if self._counts_as_user_v4(_role_of(turn), i):
                 return i
         return -1
 
@@ -773,6 +779,10 @@ def _sort_results(turn: _UserTurn, call_order: Mapping[str, int]) -> None:
     results.sort(key=lambda result: call_order.get(result.tool_call_id or "", 0))
     for slot, result in zip(slots, results, strict=True):
         turn.blocks[slot] = result
+
+
+def _results_only(turn: _UserTurn | Message) -> bool:
+    return isinstance(turn, _UserTurn) and all(isinstance(b, Message) for b in turn.blocks)
 
 
 def _role_of(turn: _UserTurn | Message) -> str:
