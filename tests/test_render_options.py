@@ -267,7 +267,7 @@ def test_v4_a_system_message_before_an_assistant_turn_opens_it() -> None:
 
 def test_v41_tool_results_do_not_start_a_new_user_turn() -> None:
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    messages = [
+    messages: list[dict[str, Any]] = [
         {"role": "user", "content": "u"},
         {"role": "assistant", "content": "", "reasoning_content": "R", "tool_calls": [call]},
         {"role": "tool", "tool_call_id": "c1", "content": "x"},
