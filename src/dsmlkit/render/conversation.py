@@ -8,7 +8,8 @@ here once, whichever API it came from:
   messages with ``reasoning_content`` (alias ``reasoning``), tool ``is_error``,
   ``tool_reference`` parts, ``defer_loading`` tools, ``latest_reminder`` and the reference
   encoders' message-level ``tools`` / ``response_format`` / ``task`` / ``mask`` /
-  ``wo_eos``); OpenAI Chat Completions bodies are that form.
+  ``wo_eos``); OpenAI Chat Completions bodies are that form, except that their developer
+  messages are OpenAI's (:func:`as_instruction`).
 * Readers of other shapes (Anthropic Messages) build :class:`Message` values with the
   same helpers (:func:`tool`, :func:`history_arguments`, :func:`tool_reference`, …),
   naming fields by their own request's paths.
