@@ -567,6 +567,44 @@ def test_a_request_renders_as_its_canonical_conversation() -> None:
     assert req.conversation.chat_tools() == []
 
 
+@pytest.mark.parametrize("dialect", ["v3.2", "v4", "v4.1"])
+@pytest.mark.parametrize("mode", ["thinking", "chat"])
+@pytest.mark.parametrize("api", ["openai", "responses"])
+def test_developer_messages_are_system_instructions_at_their_place(
+    api: str, mode: str, dialect: str
+) -> None:
+    history = [
+        {"role": "developer", "content": "Answer in French."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Salut"},
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": "Why?"},
+    ]
+    if api == "openai":
+        body: dict[str, Any] = openai(
+            history, thinking={"type": "enabled" if mode == "thinking" else "disabled"}
+        )
+    else:
+        body = {
+            "model": "m",
+            "input": history,
+            "thinking": {"type": "enabled" if mode == "thinking" else "disabled"},
+        }
+    req = parse_request(api, body, dialect=dialect)  # type: ignore[arg-type]
+    prompt = render_conversation(req.conversation, req.render).prompt
+    as_system = [{**m, "role": "system"} if m["role"] == "developer" else m for m in history]
+    assert prompt == render(as_system, dialect=dialect, mode=mode).prompt
+    assert "Answer in French." in prompt
+    assert "Be brief." in prompt
+
+
+def test_a_developer_message_with_a_task_is_400() -> None:
+    body = openai([{"role": "developer", "content": "d", "task": "query"}])
+    error = rejects("openai", body)
+    assert error.param == "messages[0].task"
+    assert "user message" in str(error)
+
+
 def test_error_status_types() -> None:
     assert ApiError.for_status(404, "no such model").type == "not_found_error"
     assert ApiError.for_status(418, "teapot").type == "invalid_request_error"

@@ -46,7 +46,7 @@ def test_reads_stdin(capsys: pytest.CaptureFixture[str]) -> None:
     body = {"model": "m", "messages": [{"role": "developer", "content": "Metric."}]}
     code, output, _ = convert(["--from", "openai"], capsys, stdin=json.dumps(body))
     assert code == 0
-    assert output["messages"] == [{"role": "developer", "content": "Metric."}]
+    assert output["messages"] == [{"role": "system", "content": "Metric."}]
     assert output["options"]["thinking"] is True
 
 

@@ -227,9 +227,55 @@ def test_v32_drops_earlier_reasoning_even_with_tools() -> None:
 @pytest.mark.parametrize("dialect", ["v3.2", "v4", "v4.1"])
 def test_developer_turns_before_the_last_user_are_dropped_with_reasoning(dialect: str) -> None:
     messages = [{"role": "developer", "content": "Old rules"}, *HISTORY]
-    assert "Old rules" not in render(messages, dialect=dialect).prompt
-    kept = render(messages, dialect=dialect, drop_thinking=False).prompt
-    assert "Old rules" in kept
+    dropped = render(messages, dialect=dialect)
+    assert "Old rules" not in dropped.prompt
+    assert any(note.startswith("messages[0]: a developer message") for note in dropped.notes)
+    kept = render(messages, dialect=dialect, drop_thinking=False)
+    assert "Old rules" in kept.prompt
+    assert kept.notes == ()
+
+
+@pytest.mark.parametrize("dialect", ["v4", "v4.1"])
+@pytest.mark.parametrize(("mode", "header"), [("thinking", "<think>"), ("chat", "</think>")])
+def test_a_final_system_message_opens_the_assistant_turn(
+    dialect: str, mode: str, header: str
+) -> None:
+    messages = [{"role": "user", "content": "u"}, {"role": "system", "content": "s"}]
+    result = render(messages, dialect=dialect, mode=mode)
+    system = "<｜System｜>s" if dialect == "v4.1" else "s"
+    assert result.prompt.endswith(f"<｜User｜>u{system}<｜Assistant｜>{header}")
+    assert result.output_starts_in == ("reasoning" if mode == "thinking" else "content")
+
+
+def test_v4_a_system_message_before_an_assistant_turn_opens_it() -> None:
+    messages = [
+        {"role": "user", "content": "u"},
+        {"role": "system", "content": "s"},
+        {"role": "assistant", "content": "a"},
+        {"role": "system", "content": "t"},
+        {"role": "user", "content": "v"},
+    ]
+    prompt = render(messages, dialect="v4", mode="chat").prompt
+    assert (
+        prompt
+        == BOS
+        + "<｜User｜>us<｜Assistant｜></think>a"
+        + EOS
+        + "t<｜User｜>v<｜Assistant｜></think>"
+    )
+
+
+def test_v41_tool_results_do_not_start_a_new_user_turn() -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": "", "reasoning_content": "R", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "x"},
+    ]
+    kept = render(messages, dialect="v4.1").prompt
+    assert "<｜Assistant｜><think>R</think>" in kept
+    assert kept.endswith("<tool_result>x</tool_result><｜Assistant｜><think>")
+    assert "R" not in render(messages, dialect="v4").prompt  # V4: the results are a user turn
 
 
 # -- request-level tools and response_format --------------------------------------------

@@ -31,19 +31,38 @@ def codex_chat_turn() -> list[dict[str, Any]]:
     ]
 
 
-def test_consecutive_assistant_messages_are_one_turn() -> None:
-    split = render(codex_chat_turn(), TOOLS, dialect="v4.1")
-    joined = render(
-        [
-            {"role": "user", "content": "list files"},
-            {"role": "assistant", "content": "Listing.", "tool_calls": [CALL]},
-            {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"},
-        ],
-        TOOLS,
-        dialect="v4.1",
+JOINED_TURN: list[dict[str, Any]] = [
+    {"role": "user", "content": "list files"},
+    {"role": "assistant", "content": "Listing.", "tool_calls": [CALL]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"},
+]
+
+
+def test_an_api_reader_joins_consecutive_assistant_messages_into_one_turn() -> None:
+    split = parse_request("openai", {"model": "m", "messages": codex_chat_turn(), "tools": TOOLS})
+    split_prompt = render_conversation(split.conversation, split.render).prompt
+    assert split_prompt == render(JOINED_TURN, TOOLS, dialect="v4.1").prompt
+    assert split_prompt.count("<｜end▁of▁sentence｜>") == 1
+
+
+def test_render_keeps_consecutive_assistant_messages_apart_as_the_reference_does() -> None:
+    messages = [
+        {"role": "user", "content": "u"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "assistant", "content": "a2"},
+    ]
+    prompt = render(messages, dialect="v4.1", mode="chat").prompt
+    assert prompt.endswith(
+        "<｜User｜>u<｜Assistant｜></think>a1<｜end▁of▁sentence｜>a2<｜end▁of▁sentence｜>"
     )
-    assert split.prompt == joined.prompt
-    assert split.prompt.count("<｜end▁of▁sentence｜>") == 1
+
+
+def test_render_answers_calls_of_a_split_turn() -> None:
+    prompt = render(codex_chat_turn(), TOOLS, dialect="v4.1", mode="chat").prompt
+    assert prompt.count("<｜end▁of▁sentence｜>") == 2
+    assert prompt.endswith(
+        "Listing.<｜end▁of▁sentence｜><｜User｜><tool_result>a.txt</tool_result><｜Assistant｜></think>"
+    )
 
 
 def test_an_api_request_with_a_split_assistant_turn_is_accepted() -> None:

@@ -43,6 +43,7 @@ from dsmlkit.render.conversation import (
     CHOICE_MODES,
     Conversation,
     ToolChoice,
+    as_instruction,
     read_messages,
     read_response_format,
     read_tools,
@@ -69,7 +70,9 @@ def parse_openai_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT)
     """Validate a Chat Completions body and convert it; raises :class:`InvalidRequest` (400).
 
     The messages, tools and response format are the canonical form, read by
-    :mod:`dsmlkit.render.conversation`; this reader adds the request's own options.
+    :mod:`dsmlkit.render.conversation`, except that a ``developer`` message is OpenAI's
+    (instructions: a system message at its place); this reader adds the request's own
+    options.
     """
     root = request_root(body)
     model = root["model"].nonempty_string()
@@ -78,7 +81,7 @@ def parse_openai_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT)
     thinking, effort = _thinking(root, resolved, notes)
     note_ignored(root, IGNORED_FIELDS, notes)
     conversation = finish_conversation(
-        read_messages(body.get("messages"), notes),
+        [as_instruction(message) for message in read_messages(body.get("messages"), notes)],
         read_tools(body.get("tools"), "tools"),
         read_response_format(body.get("response_format"), "response_format"),
         notes,

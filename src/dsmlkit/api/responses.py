@@ -73,10 +73,11 @@ from dsmlkit.render.conversation import conversation as finish_conversation
 
 #: The ``include`` entry that asks for sealed reasoning on reasoning items.
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
+#: Message roles; OpenAI's developer messages are instructions (see ``as_instruction``).
 _MESSAGE_ROLES: dict[str, Role] = {
     "user": "user",
     "system": "system",
-    "developer": "developer",
+    "developer": "system",
     "assistant": "assistant",
 }
 #: Characters that already end a namespace as a separator (``mcp__server__`` + ``tool``).

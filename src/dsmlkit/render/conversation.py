@@ -8,12 +8,14 @@ here once, whichever API it came from:
   messages with ``reasoning_content`` (alias ``reasoning``), tool ``is_error``,
   ``tool_reference`` parts, ``defer_loading`` tools, ``latest_reminder`` and the reference
   encoders' message-level ``tools`` / ``response_format`` / ``task`` / ``mask`` /
-  ``wo_eos``); OpenAI Chat Completions bodies are that form.
+  ``wo_eos``); OpenAI Chat Completions bodies are that form, except that their developer
+  messages are OpenAI's (:func:`as_instruction`).
 * Readers of other shapes (Anthropic Messages) build :class:`Message` values with the
   same helpers (:func:`tool`, :func:`history_arguments`, :func:`tool_reference`, …),
   naming fields by their own request's paths.
-* :func:`conversation` finishes either: consecutive assistant messages become one turn,
-  tool results are matched to the calls they answer, tool names must be unique.
+* :func:`conversation` finishes either: tool results are matched to the calls they
+  answer, tool names must be unique, and for the API readers consecutive assistant
+  messages become one turn (the canonical form keeps them apart, as the reference does).
 
 Every mistake raises :class:`~dsmlkit.errors.InvalidRequest` naming the field; what comes
 out is typed and needs no further checks.
@@ -291,6 +293,7 @@ def build_conversation(
         read_tools(tools, "tools"),
         read_response_format(response_format, "response_format"),
         notes,
+        merge_assistants=False,
     )
 
 
@@ -300,14 +303,18 @@ def conversation(
     response_format: Mapping[str, Any] | None,
     notes: Sequence[str],
     tool_choice: ToolChoice | None = None,
+    *,
+    merge_assistants: bool = True,
 ) -> Conversation:
-    """Finish a conversation: merge consecutive assistant messages, match tool results,
-    check the tool choice (None: ``auto`` with tools, else ``none``).
+    """Finish a conversation: match tool results, check the tool choice (None: ``auto``
+    with tools, else ``none``) and, with ``merge_assistants``, merge consecutive assistant
+    messages.
 
-    An assistant message right after another is the same turn (clients such as Codex's
-    chat mode send the text after the calls as a second message). A tool message answers
-    a call of the latest assistant turn: the one its ``tool_call_id`` names, else the next
-    unanswered one (its id is filled in).
+    The API readers merge: a client may split one turn over several messages (Codex's chat
+    mode sends the text after the calls as a second message). The canonical form does not:
+    the reference encoders close each assistant message with its own EOS. A tool message
+    answers a call of the latest run of assistant messages: the one its ``tool_call_id``
+    names, else the next unanswered one (its id is filled in).
     """
     if not messages:
         raise InvalidRequest("expected a non-empty list of messages", "messages")
@@ -325,7 +332,7 @@ def conversation(
                 f"{message.param}.prefix",
             )
     choice = _checked_choice(tool_choice, tools)
-    turns = _merge_assistants(messages)
+    turns = _merge_assistants(messages) if merge_assistants else messages
     return Conversation(_answer_calls(turns), tuple(tools), response_format, tuple(notes), choice)
 
 
@@ -349,6 +356,26 @@ def unique_tools(tools: Sequence[Tool]) -> tuple[Tool, ...]:
     return tuple(tools)
 
 
+def as_instruction(message: Message) -> Message:
+    """An OpenAI ``developer`` message as the system message it is, at its place.
+
+    OpenAI's developer role holds the instructions of newer clients (Codex sends its
+    permissions and environment so). DeepSeek's own ``developer`` role is a user turn that
+    thinking mode drops before the last user turn, so the OpenAI readers give the model
+    that text as a system message, which every mode keeps. Other messages are returned as
+    they are.
+    """
+    if message.role != "developer":
+        return message
+    if message.task is not None:
+        raise InvalidRequest(
+            "here a developer message is a system instruction, which takes no task; "
+            "put the task on a user message",
+            f"{message.param}.task",
+        )
+    return replace(message, role="system")
+
+
 def _merge_assistants(messages: Sequence[Message]) -> list[Message]:
     merged: list[Message] = []
     for message in messages:
@@ -369,12 +396,13 @@ def _merge_assistants(messages: Sequence[Message]) -> list[Message]:
 
 
 def _answer_calls(messages: Sequence[Message]) -> tuple[Message, ...]:
-    """Match every tool message to a call of the latest assistant turn (see above)."""
+    """Match every tool message to a call of the latest run of assistant messages."""
     open_calls = _OpenCalls(())
     result: list[Message] = []
     for message in messages:
         if message.role == "assistant":
-            open_calls = _OpenCalls(message.tool_calls)
+            run = open_calls.calls if result and result[-1].role == "assistant" else ()
+            open_calls = _OpenCalls((*run, *message.tool_calls))
         elif message.role == "tool":
             message = open_calls.answer(message)
         result.append(message)

@@ -379,8 +379,9 @@ class _Writer:
             is_last = i == len(turns) - 1
             if is_last and not self.options.add_generation_prompt:
                 continue
-            if is_last or _role_of(turns[i + 1]) in ("assistant", "latest_reminder"):
-                self._v4_transition(turn, i, last_user)
+            next_role = None if is_last else _role_of(turns[i + 1])
+            if next_role in (None, "assistant", "latest_reminder"):
+                self._v4_transition(turn, i, last_user, next_role)
 
     def _v4_effort_prefix(self, first_role: str) -> None:
         prefix = self.options.effort_prefix
@@ -415,8 +416,10 @@ class _Writer:
             )
             self._assistant(turn, with_reasoning, i == len(turns) - 1)
 
-    def _v4_transition(self, turn: _UserTurn | Message, i: int, last_user: int) -> None:
-        """What follows a turn when an assistant turn (or the end) comes next."""
+    def _v4_transition(
+        self, turn: _UserTurn | Message, i: int, last_user: int, next_role: str | None
+    ) -> None:
+        """What follows a turn when an assistant turn, a reminder or the end comes next."""
         thinking = self.options.thinking
         if turn.task == "action":
             self.out.template(ASSISTANT)
@@ -426,8 +429,17 @@ class _Writer:
         elif turn.task is not None:
             self.out.template(TASK_TOKENS[turn.task])
             self.starts_in = "content"
-        elif self._counts_as_user_v4(_role_of(turn), i):
+        elif self._counts_as_user_v4(_role_of(turn), i) or self._v4_system_opens(turn, next_role):
             self._header(thinking and (not self.options.drop_thinking or i >= last_user))
+
+    def _v4_system_opens(self, turn: _UserTurn | Message, next_role: str | None) -> bool:
+        """V4 (no ``<｜System｜>``): a system message that ends the prompt or comes before an
+        assistant turn opens that turn, as vLLM's V4 encoder does."""
+        return (
+            not self.options.dialect.system_token
+            and _role_of(turn) == "system"
+            and next_role in (None, "assistant")
+        )
 
     def _counts_as_user_v4(self, role: str, i: int) -> bool:
         """User turns for headers and dropping; V4.1 counts a later system message too."""
@@ -435,8 +447,14 @@ class _Writer:
         return role in ("user", "developer") or later_system
 
     def _last_user_v4(self, turns: Sequence[_UserTurn | Message]) -> int:
+        """The last user turn; on V4.1 a turn of tool results only is not one (its calls'
+        turn goes on), as the V4.1 reference has it."""
+        results_only_continue = self.options.dialect.system_token
         for i in range(len(turns) - 1, -1, -1):
-            if self._counts_as_user_v4(_role_of(turns[i]), i):
+            turn = turns[i]
+            if results_only_continue and _results_only(turn):
+                continue
+            if self._counts_as_user_v4(_role_of(turn), i):
                 return i
         return -1
 
@@ -454,6 +472,12 @@ class _Writer:
                 kept.append(replace(turn, reasoning=None))
             elif turn.role != "developer":
                 kept.append(turn)
+            else:
+                self.notes.append(
+                    f"{turn.param}: a developer message before the last user turn is left out "
+                    "in thinking mode, as the reference encoders do; send instructions as a "
+                    "system message to keep them"
+                )
         return kept
 
     def _header(self, opens_reasoning: bool) -> None:
@@ -755,6 +779,10 @@ def _sort_results(turn: _UserTurn, call_order: Mapping[str, int]) -> None:
     results.sort(key=lambda result: call_order.get(result.tool_call_id or "", 0))
     for slot, result in zip(slots, results, strict=True):
         turn.blocks[slot] = result
+
+
+def _results_only(turn: _UserTurn | Message) -> bool:
+    return isinstance(turn, _UserTurn) and all(isinstance(b, Message) for b in turn.blocks)
 
 
 def _role_of(turn: _UserTurn | Message) -> str:
