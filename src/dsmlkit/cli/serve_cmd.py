@@ -295,6 +295,7 @@ def _banner(host: str, port: int, state: ServerState, problems: list[str]) -> st
         "POST /v1/chat/completions/render, POST /v1/messages/render, "
         "POST /v1/responses/render, POST /tokenize, "
         "POST /detokenize, POST /v1/messages/count_tokens, POST /v1/parse",
+        f"  inspector: http://{shown_host}:{port}/ui",
     ]
     for model in state.models:
         names = ", ".join(model.config.names)

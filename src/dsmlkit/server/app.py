@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dsmlkit import __version__
 from dsmlkit.errors import ApiError, UpstreamError
-from dsmlkit.server import gateway, local_routes
+from dsmlkit.server import gateway, inspector, local_routes
 from dsmlkit.server.apis import api_for_path, error_response
 from dsmlkit.server.config import ServerConfig
 from dsmlkit.server.reqlog import RequestRecord, new_request_id
@@ -32,8 +32,9 @@ from dsmlkit.server.state import ServerState, client_keys, record_of
 
 LOGGER = logging.getLogger("dsmlkit.server")
 
-#: Paths that need no API key (liveness probes).
-OPEN_PATHS = frozenset({"/health", "/ready"})
+#: Paths that need no API key: liveness probes, and the inspector's static files (the page
+#: holds no data; the routes it calls ask for the key like any client's).
+OPEN_PATHS = frozenset({"/health", "/ready", *inspector.PAGE_FILES})
 
 
 def create_app(
@@ -68,7 +69,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.dsmlkit = state
-    routers = (local_routes.router, gateway.router)
+    routers = (local_routes.router, gateway.router, inspector.router)
     for router in routers:
         app.include_router(router)
     app.add_exception_handler(ApiError, _api_error)

@@ -13,7 +13,8 @@ from dsmlkit.api import call_id_factory, parse_options
 from dsmlkit.api.common import Api, ParseOptions
 from dsmlkit.dialects import BOS
 from dsmlkit.errors import InvalidRequest
-from dsmlkit.parse import MessageCollector, ParsedMessage
+from dsmlkit.parse import MessageCollector, ParsedMessage, event_to_json
+from dsmlkit.render import RenderResult
 from dsmlkit.render.tokens import PromptTokenizer
 from dsmlkit.server.apis import build_response, new_response_id
 from dsmlkit.server.jsonbody import decode_body
@@ -149,8 +150,23 @@ async def _render(request: Request, api: Api) -> dict[str, Any]:
         "sampling_params": prepared.sampling_params(),
         "stream": req.stream,
         "tokenizer": model.tokenizer.name if model.tokenizer is not None else None,
+        "special_spans": _special_spans(result, prepared.encoded.text),
         "notes": notes,
     }
+
+
+def _special_spans(result: RenderResult, prompt: str) -> list[list[int]] | None:
+    """``[start, end]`` character offsets of the template's special tokens in ``prompt``;
+    None when the prompt sent differs from the one rendered (tokens defused as text)."""
+    if prompt != result.prompt:
+        return None
+    spans: list[list[int]] = []
+    offset = 0
+    for text, special in result.pieces:
+        if special:
+            spans.append([offset, offset + len(text)])
+        offset += len(text)
+    return spans
 
 
 @router.post("/tokenize")
@@ -242,7 +258,10 @@ async def parse_output(request: Request) -> JSONResponse:
 
     Body: ``text`` (required), ``api``, ``dialect`` (default: the server's), ``start_in``
     (``content`` default, or ``reasoning``), ``tools`` (in that API's format),
-    ``finish_reason`` (the engine's, e.g. ``length``) and ``model``.
+    ``finish_reason`` (the engine's, e.g. ``length``), ``model``, and ``chunk_size``: feed
+    the text in deltas of that many characters and add the parser's events to the answer as
+    ``stream`` (one ``{"delta", "events"}`` per delta, then the ``close()`` events under a
+    null delta). The message is the same whatever the chunking.
     """
     state = state_of(request)
     body = _object(await read_json(request))
@@ -259,11 +278,18 @@ async def parse_output(request: Request) -> JSONResponse:
     model = body.get("model") or default.name
     if not isinstance(model, str):
         raise InvalidRequest("must be a string", "model")
+    chunk_size = body.get("chunk_size")
+    if chunk_size is not None and (
+        not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1
+    ):
+        raise InvalidRequest("must be a positive whole number of characters", "chunk_size")
     options = parse_options(api, body.get("tools"), dialect=dialect)
     record = record_of(request)
     record.model = model
     started = time.perf_counter()
-    msg = await anyio.to_thread.run_sync(_parse_text, options, api, start_in, text, finish)
+    msg, stream = await anyio.to_thread.run_sync(
+        _parse_text, options, api, start_in, text, finish, chunk_size
+    )
     record.parse_seconds = time.perf_counter() - started
     record.parsed = True
     diagnostics = msg.diagnostics  # no tool_choice to check: the text is all there is
@@ -281,16 +307,34 @@ async def parse_output(request: Request) -> JSONResponse:
     response["parse_diagnostics"] = [
         {"kind": d.kind, "message": d.message, "text": d.text} for d in diagnostics
     ]
+    if stream is not None:
+        response["stream"] = stream
     return JSONResponse(response)
 
 
 def _parse_text(
-    options: ParseOptions, api: Api, start_in: Any, text: str, finish: str
-) -> ParsedMessage:
+    options: ParseOptions,
+    api: Api,
+    start_in: Any,
+    text: str,
+    finish: str,
+    chunk_size: int | None,
+) -> tuple[ParsedMessage, list[dict[str, Any]] | None]:
+    """The message, and with ``chunk_size`` the events each delta (then ``close()``) gave."""
     parser = options.parser(start_in, call_id_factory(api))
     collector = MessageCollector()
-    collector.add(parser.feed(text) + parser.close(finish))
-    return collector.message()
+    if chunk_size is None:
+        collector.add(parser.feed(text) + parser.close(finish))
+        return collector.message(), None
+    stream: list[dict[str, Any]] = []
+    deltas: list[str | None] = [
+        text[start : start + chunk_size] for start in range(0, len(text), chunk_size)
+    ]
+    for delta in [*deltas, None]:
+        events = parser.close(finish) if delta is None else parser.feed(delta)
+        collector.add(events)
+        stream.append({"delta": delta, "events": [event_to_json(e) for e in events]})
+    return collector.message(), stream
 
 
 def _choice(body: dict[str, Any], name: str, allowed: tuple[str, ...], default: str) -> Any:
