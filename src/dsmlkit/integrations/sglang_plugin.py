@@ -37,7 +37,7 @@ from sglang.srt.parser.reasoning_parser import (
 )
 
 from dsmlkit.dialects import ASCII_MARKER, MARKER, THINK_CLOSE, THINK_OPEN, get_dialect
-from dsmlkit.integrations.engine_names import PARSER_DIALECTS
+from dsmlkit.integrations.engine_names import PARSER_DIALECTS, dialect_classes
 from dsmlkit.integrations.split import ReasoningSplit
 from dsmlkit.parse import (
     ArgumentsDelta,
@@ -58,9 +58,8 @@ def register() -> None:
     from sglang.srt.parser.reasoning_parser import ReasoningParser
 
     for name in PARSER_DIALECTS:
-        suffix = name.removeprefix("dsmlkit_").upper()
-        FunctionCallParser.ToolCallParserEnum[name] = globals()[f"Dsmlkit{suffix}Detector"]
-        ReasoningParser.DetectorMap[name] = globals()[f"Dsmlkit{suffix}ReasoningDetector"]
+        FunctionCallParser.ToolCallParserEnum[name] = TOOL_DETECTORS[name]
+        ReasoningParser.DetectorMap[name] = REASONING_DETECTORS[name]
         for names in (
             parser_names.TOOL_CALL_PARSER_NAMES,
             reasoning_parser_names.REASONING_PARSER_NAMES,
@@ -226,25 +225,7 @@ class DsmlkitReasoningDetector(BaseReasoningFormatDetector):
         return self._result(step.reasoning, step.after or "")
 
 
-class DsmlkitV32Detector(DsmlkitDetector):
-    dialect = "v3.2"
-
-
-class DsmlkitV4Detector(DsmlkitDetector):
-    dialect = "v4"
-
-
-class DsmlkitV41Detector(DsmlkitDetector):
-    dialect = "v4.1"
-
-
-class DsmlkitV32ReasoningDetector(DsmlkitReasoningDetector):
-    dialect = "v3.2"
-
-
-class DsmlkitV4ReasoningDetector(DsmlkitReasoningDetector):
-    dialect = "v4"
-
-
-class DsmlkitV41ReasoningDetector(DsmlkitReasoningDetector):
-    dialect = "v4.1"
+#: The per-dialect classes SGLang constructs, by parser name, also bound here under their
+#: class names (``DsmlkitV41Detector``…).
+TOOL_DETECTORS = dialect_classes(DsmlkitDetector, "Detector", globals())
+REASONING_DETECTORS = dialect_classes(DsmlkitReasoningDetector, "ReasoningDetector", globals())

@@ -10,21 +10,15 @@ from __future__ import annotations
 from vllm.reasoning import ReasoningParserManager
 from vllm.tool_parsers import ToolParserManager
 
-from dsmlkit.integrations.engine_names import PARSER_DIALECTS
+from dsmlkit.integrations.engine_names import PARSER_DIALECTS, class_name
 
 _MODULE = "dsmlkit.integrations.vllm_plugin"
 
 
-def class_suffix(dialect: str) -> str:
-    """``v4.1`` -> ``V41``: the part of the parser class names that names the dialect."""
-    return "V" + dialect[1:].replace(".", "")
-
-
 def register() -> None:
-    """Register ``dsmlkit_v32``, ``dsmlkit_v4``, ``dsmlkit_v41`` (safe to call again)."""
+    """Register one parser name per dialect, ``dsmlkit_v41`` and so on (safe to call again)."""
     for name, dialect in PARSER_DIALECTS.items():
-        suffix = class_suffix(dialect)
-        ToolParserManager.register_lazy_module(name, _MODULE, f"Dsmlkit{suffix}ToolParser")
+        ToolParserManager.register_lazy_module(name, _MODULE, class_name(dialect, "ToolParser"))
         ReasoningParserManager.register_lazy_module(
-            name, _MODULE, f"Dsmlkit{suffix}ReasoningParser"
+            name, _MODULE, class_name(dialect, "ReasoningParser")
         )

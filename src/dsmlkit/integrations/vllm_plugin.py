@@ -45,6 +45,7 @@ from vllm.sampling_params import StructuredOutputsParams
 from vllm.tool_parsers.abstract_tool_parser import ToolParser
 
 from dsmlkit.dialects import THINK_CLOSE, THINK_OPEN
+from dsmlkit.integrations.engine_names import dialect_classes
 from dsmlkit.integrations.split import ReasoningSplit
 from dsmlkit.parse import (
     ArgumentsDelta,
@@ -342,25 +343,7 @@ def _has_structured_outputs(request: _Request) -> bool:
     return getattr(request, "response_format", None) is not None
 
 
-class DsmlkitV32ReasoningParser(DsmlkitReasoningParser):
-    dialect = "v3.2"
-
-
-class DsmlkitV4ReasoningParser(DsmlkitReasoningParser):
-    dialect = "v4"
-
-
-class DsmlkitV41ReasoningParser(DsmlkitReasoningParser):
-    dialect = "v4.1"
-
-
-class DsmlkitV32ToolParser(DsmlkitToolParser):
-    dialect = "v3.2"
-
-
-class DsmlkitV4ToolParser(DsmlkitToolParser):
-    dialect = "v4"
-
-
-class DsmlkitV41ToolParser(DsmlkitToolParser):
-    dialect = "v4.1"
+#: The per-dialect classes vLLM constructs, by parser name, also bound here under their class
+#: names (``DsmlkitV41ToolParser``…), which :mod:`dsmlkit.integrations.vllm_entry` registers.
+TOOL_PARSERS = dialect_classes(DsmlkitToolParser, "ToolParser", globals())
+REASONING_PARSERS = dialect_classes(DsmlkitReasoningParser, "ReasoningParser", globals())
