@@ -529,6 +529,16 @@ def test_a_token_that_does_not_open_is_never_half_trusted() -> None:
     assert req.conversation.chat_messages()[1]["reasoning_content"] == "Sealed here."
 
 
+def test_a_function_call_without_arguments_is_a_400_naming_it() -> None:
+    items = [
+        {"role": "user", "content": "q"},
+        {"type": "function_call", "call_id": "c", "name": "f"},
+        {"type": "function_call_output", "call_id": "c", "output": "done"},
+    ]
+    err = rejects(body(items, tools=[{"type": "function", "name": "f"}]))
+    assert err.param == "input[1].arguments" and "required" in str(err)
+
+
 # --- errors --------------------------------------------------------------------------------
 
 

@@ -336,7 +336,10 @@ class _Input:
         if call_id in self._turn_calls:
             raise item["call_id"].error("two tool calls of one turn share this call_id")
         self._turn_calls.add(call_id)
-        arguments = history_arguments(item["arguments"].value, item["arguments"].path, self._notes)
+        given = item["arguments"]
+        if not given.present:
+            raise given.error('is required: the call\'s arguments as JSON text ("{}" for none)')
+        arguments = history_arguments(given.value, given.path, self._notes)
         return HistoryCall(call_id, name, arguments)
 
     def _output(self, item: Field) -> list[Message]:
