@@ -116,12 +116,11 @@ class KeyRing:
         """The text of a token this ring sealed for ``model`` and ``purpose``; raises
         :class:`SealError` otherwise (the size is checked before anything is decoded)."""
         prefix = PREFIXES[purpose]
+        if len(token) > len(prefix) + MAX_BODY_CHARS:
+            raise SealError("the token is longer than any this server makes")
         if not token.startswith(prefix):
             raise SealError("not a dsmlkit token of this kind")
-        body = token[len(prefix) :]
-        if len(body) > MAX_BODY_CHARS:
-            raise SealError("the token is longer than any this server makes")
-        raw = _strict_b64url(body)
+        raw = _strict_b64url(token[len(prefix) :])
         if len(raw) < _OVERHEAD or raw[0] != VERSION:
             raise SealError("the token is too short or of another format version")
         header = raw[:_HEADER_BYTES]
