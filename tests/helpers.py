@@ -101,9 +101,10 @@ class MarkedSealer:
         return "sealed:" + json.dumps([model, text])
 
     def open(self, token: str, model: str) -> str:
-        if not token.startswith("sealed:"):
-            raise SealError("not a test token")
-        sealed_for, text = json.loads(token.removeprefix("sealed:"))
-        if sealed_for != model:
+        try:
+            sealed_for, text = json.loads(token.removeprefix("sealed:"))
+        except (TypeError, ValueError):
+            raise SealError("not a test token") from None
+        if not token.startswith("sealed:") or sealed_for != model:
             raise SealError("sealed for another model")
         return str(text)

@@ -88,7 +88,7 @@ def test_a_token_opens_only_for_its_model(text_gateway: Gateway) -> None:
     client = text_gateway.openai()
     for model, expected in (("m", REASONING), ("another-model", "Client text.")):
         text_gateway.engine.push(Reply(text="</think>Sunny."))
-        client.responses.create(model=model, input=history, tools=TOOLS)  # type: ignore[arg-type]
+        client.responses.create(model=model, input=history, tools=TOOLS)
         seen = prompt(text_gateway)
         assert expected in seen
         assert ("Client text." in seen) == (model != "m")
