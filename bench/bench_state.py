@@ -64,7 +64,7 @@ def row(name: str, samples: list[float]) -> str:
 
 
 async def bench_store(store: StateStore, turns: int, rounds: int) -> list[str]:
-    memory = ReasoningMemory(store, ThinkingSigner("bench"))
+    memory = ReasoningMemory(store, ThinkingSigner())
     ids = [f"call_{turn:024d}" for turn in range(turns)]
     for call_id in ids:
         await memory.remember([call_id], REASONING)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from dsmlkit.api.seal import SealError
 from dsmlkit.dialects import ASCII_MARKER, DIALECTS, MARKER, Dialect
 from dsmlkit.parse import MessageCollector, ParsedMessage, Parser
 from dsmlkit.render.tokens import bundled_tokenizer_path
@@ -89,3 +90,21 @@ def v41_tokenizer_file(folder: Path) -> Path:
     path = folder / "tokenizer.json"
     path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
     return path
+
+
+class MarkedSealer:
+    """A deterministic stand-in :class:`~dsmlkit.api.seal.Sealer` for the adapters' tests:
+    no secrecy at all (the model and text as JSON behind a marker), so two streams of one
+    output stay equal. The gateway's AES-GCM key ring is tested in ``tests/server``."""
+
+    def seal(self, text: str, model: str) -> str:
+        return "sealed:" + json.dumps([model, text])
+
+    def open(self, token: str, model: str) -> str:
+        try:
+            sealed_for, text = json.loads(token.removeprefix("sealed:"))
+        except (TypeError, ValueError):
+            raise SealError("not a test token") from None
+        if not token.startswith("sealed:") or sealed_for != model:
+            raise SealError("sealed for another model")
+        return str(text)

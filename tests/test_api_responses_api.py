@@ -21,23 +21,21 @@ from openai.types.shared import ErrorObject
 
 from dsmlkit.api import (
     ApiError,
-    SealError,
     openai_error_body,
     parse_request,
     parse_responses_request,
-    seal,
     to_openai_chat_body,
-    unseal,
 )
 from dsmlkit.api.common import ChatRequest
 from dsmlkit.api.responses import qualified_name
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.render import render_conversation
+from tests.helpers import MarkedSealer
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "conversion.json").read_text("utf-8"))
 #: Vectors a Responses body cannot say: Chat's prefill (continue_final_message).
 NOT_IN_RESPONSES = {"oai-assistant-prefill-continue": "Responses has no assistant prefill"}
-KEY = b"test-server-key"
+SEALER = MarkedSealer()
 #: Field names and values a Responses body is made of (for the fuzz test).
 KEYWORDS = (
     "input",
@@ -473,24 +471,6 @@ def test_text_format_and_limits() -> None:
 # --- sealed reasoning ----------------------------------------------------------------------
 
 
-def test_seal_round_trip_and_tamper() -> None:
-    text = "Thinking about ünïcode and a long line " * 5
-    token = seal(KEY, text)
-    assert token.startswith("dsmlkit-r1.") and text not in token
-    assert unseal(KEY, token) == text
-    assert seal(KEY, text) == token  # deterministic (the IV is synthetic)
-    assert seal(KEY, text + ".") != token
-    with pytest.raises(SealError):
-        unseal(b"another key", token)
-    tampered = token[:-3] + ("A" if token[-3] != "A" else "B") + token[-2:]
-    with pytest.raises(SealError):
-        unseal(KEY, tampered)
-    for bad in ("nonsense", "dsmlkit-r1.", "dsmlkit-r1.!!!"):
-        with pytest.raises(SealError):
-            unseal(KEY, bad)
-    assert unseal(KEY, seal(KEY, "")) == ""
-
-
 def test_sealed_reasoning_restores_the_turn() -> None:
     clear = [
         {"role": "user", "content": "q"},
@@ -508,16 +488,55 @@ def test_sealed_reasoning_restores_the_turn() -> None:
         "type": "reasoning",
         "id": "rs",
         "summary": [],
-        "encrypted_content": seal(KEY, "Secret plan."),
+        "encrypted_content": SEALER.seal("Secret plan.", "deepseek-v4.1"),
     }
     tools = [{"type": "function", "name": "f"}]
     expected = prompt(body(clear, tools=tools))
     assert "Secret plan." in expected
-    assert prompt(body(sealed, tools=tools), seal_key=KEY) == expected
+    assert prompt(body(sealed, tools=tools), sealer=SEALER) == expected
 
-    err = rejects(body(sealed, tools=tools), seal_key=b"other")
-    assert err.param == "input[1].encrypted_content"
-    assert rejects(body(sealed, tools=tools)).param == "input[1].encrypted_content"
+
+def test_a_token_that_does_not_open_is_never_half_trusted() -> None:
+    """A token sealed for another model, or read without a sealer, does not open: the item
+    is used as sent (its clear text, else its summary), with a note; the clear text sent
+    next to a token that opens never replaces what the token holds."""
+    tools = [{"type": "function", "name": "f"}]
+
+    def history(reasoning: dict[str, Any]) -> dict[str, Any]:
+        items = [
+            {"role": "user", "content": "q"},
+            {"type": "reasoning", "summary": [], **reasoning},
+            {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": "done"},
+        ]
+        return body(items, tools=tools)
+
+    foreign = SEALER.seal("Sealed for another model.", "other-model")
+    clear = [{"type": "reasoning_text", "text": "Client text."}]
+    for sealer in (SEALER, None):
+        req = parse_responses_request(
+            history({"encrypted_content": foreign, "content": clear}), sealer=sealer
+        )
+        assert req.conversation.chat_messages()[1]["reasoning_content"] == "Client text."
+        assert any("input[1].encrypted_content: not opened" in n for n in req.conversation.notes)
+    summary = [{"type": "summary_text", "text": "Summary."}]
+    req = parse_responses_request(history({"encrypted_content": foreign, "summary": summary}))
+    assert req.conversation.chat_messages()[1]["reasoning_content"] == "Summary."
+    mine = SEALER.seal("Sealed here.", "deepseek-v4.1")
+    req = parse_responses_request(
+        history({"encrypted_content": mine, "content": clear}), sealer=SEALER
+    )
+    assert req.conversation.chat_messages()[1]["reasoning_content"] == "Sealed here."
+
+
+def test_a_function_call_without_arguments_is_a_400_naming_it() -> None:
+    items = [
+        {"role": "user", "content": "q"},
+        {"type": "function_call", "call_id": "c", "name": "f"},
+        {"type": "function_call_output", "call_id": "c", "output": "done"},
+    ]
+    err = rejects(body(items, tools=[{"type": "function", "name": "f"}]))
+    assert err.param == "input[1].arguments" and "required" in str(err)
 
 
 # --- errors --------------------------------------------------------------------------------
@@ -684,7 +703,7 @@ json_values = st.recursive(
 def test_any_body_is_read_or_refused_with_a_400(fields: dict[str, Any]) -> None:
     """Whatever a client sends, the reader answers with a request or an InvalidRequest."""
     try:
-        req = parse_responses_request({"model": "m", "input": "x", **fields}, seal_key=KEY)
+        req = parse_responses_request({"model": "m", "input": "x", **fields}, sealer=SEALER)
         render_conversation(req.conversation, req.render)
     except InvalidRequest as exc:
         assert exc.status == 400

@@ -29,17 +29,16 @@ from dsmlkit.api import (
     parse_responses_request,
     responses_response,
     sse_event,
-    unseal,
 )
 from dsmlkit.dialects import V4_1
 from dsmlkit.errors import CallerError
 from dsmlkit.parse import MessageCollector, ParsedMessage
-from tests.helpers import random_chunks, write_block
+from tests.helpers import MarkedSealer, random_chunks, write_block
 
 STREAM_EVENT: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 TOOLS = ("get_weather", "Read", "note")
 USAGE = Usage(prompt_tokens=30, completion_tokens=12, cached_tokens=8)
-KEY = b"server-key"
+SEALER = MarkedSealer()
 RESPONSE_ID = "resp_0123"
 CREATED = 1700000000
 
@@ -83,7 +82,7 @@ def parse_whole(req: ResponsesRequest, text: str, finish: str | None = None) -> 
 def whole_response(req: ResponsesRequest, text: str, finish: str | None = None) -> dict[str, Any]:
     msg = parse_whole(req, text, finish)
     body = responses_response(
-        msg, req, id=RESPONSE_ID, created_at=CREATED, usage=USAGE, seal_key=KEY
+        msg, req, id=RESPONSE_ID, created_at=CREATED, usage=USAGE, sealer=SEALER
     )
     Response.model_validate(body)
     return body
@@ -93,7 +92,7 @@ def stream_events(
     req: ResponsesRequest, chunks: list[str], finish: str | None = None
 ) -> tuple[list[dict[str, Any]], ResponsesStream]:
     parser = new_parser(req)
-    stream = ResponsesStream(req, id=RESPONSE_ID, created_at=CREATED, seal_key=KEY)
+    stream = ResponsesStream(req, id=RESPONSE_ID, created_at=CREATED, sealer=SEALER)
     out = stream.start()
     for chunk in chunks:
         out += stream.feed(parser.feed(chunk))
@@ -276,7 +275,7 @@ def test_encrypted_reasoning_round_trips_through_the_next_request() -> None:
     req = responses_request(include=["reasoning.encrypted_content"], store=False)
     body = whole_response(req, WEATHER)
     reasoning = body["output"][0]
-    assert unseal(KEY, reasoning["encrypted_content"]) == "Two cities."
+    assert SEALER.open(reasoning["encrypted_content"], "dsv4") == "Two cities."
     events, _ = stream_events(req, random_chunks(WEATHER, random.Random(3), max_size=5))
     assert accumulate_responses(events) == body
     added = next(e for e in events if e["type"] == "response.output_item.added")
@@ -293,7 +292,7 @@ def test_encrypted_reasoning_round_trips_through_the_next_request() -> None:
     ]
     tools = [{"type": "function", "name": "get_weather"}]
     follow_up = parse_responses_request(
-        {"model": "dsv4", "input": history, "tools": tools}, seal_key=KEY
+        {"model": "dsv4", "input": history, "tools": tools}, sealer=SEALER
     )
     turn = follow_up.conversation.chat_messages()[1]
     assert (turn["reasoning_content"], turn["content"]) == ("Two cities.", "Checking.")
@@ -301,7 +300,7 @@ def test_encrypted_reasoning_round_trips_through_the_next_request() -> None:
 
 def test_encrypted_reasoning_needs_the_key() -> None:
     req = responses_request(include=["reasoning.encrypted_content"])
-    with pytest.raises(ValueError, match="seal_key"):
+    with pytest.raises(ValueError, match="sealer"):
         responses_response(parse_whole(req, WEATHER), req, id="resp_1", created_at=0)
 
 

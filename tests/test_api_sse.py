@@ -30,13 +30,13 @@ from dsmlkit.api import (
 from dsmlkit.api.sse import TextFrames, json_string
 from dsmlkit.dialects import V4_1
 from dsmlkit.parse import ContentDelta, Event, Parser, StartIn
-from tests.helpers import random_chunks, write_block
+from tests.helpers import MarkedSealer, random_chunks, write_block
 from tests.test_api_responses_api_stream import accumulate_responses
 
 DATA = Path(__file__).parent / "data" / "parse.json"
 #: The recorded outputs read with the default options (as a gateway reads them).
 VECTORS = [v for v in json.loads(DATA.read_text("utf-8"))["vectors"] if not v.get("options")]
-KEY = b"server-key"
+SEALER = MarkedSealer()
 
 USAGE = Usage(prompt_tokens=30, completion_tokens=12, cached_tokens=8)
 # Text that needs escaping: quotes, backslashes, control characters, non-ASCII, surrogates'
@@ -137,8 +137,8 @@ def _responses_frames(
 ) -> tuple[list[dict[str, Any]], list[str], list[str], ResponsesStream]:
     """One output through two streams: ``(events, framed events, SSE frames, SSE stream)``;
     with ``fail`` both break off after the batches instead of finishing."""
-    dicts = ResponsesStream(req, id="resp_0123", created_at=1, seal_key=KEY)
-    frames = ResponsesStream(req, id="resp_0123", created_at=1, seal_key=KEY)
+    dicts = ResponsesStream(req, id="resp_0123", created_at=1, sealer=SEALER)
+    frames = ResponsesStream(req, id="resp_0123", created_at=1, sealer=SEALER)
     events = dicts.start()
     got = frames.start_sse()
     for batch in batches:

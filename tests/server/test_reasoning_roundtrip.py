@@ -140,7 +140,7 @@ def signed_thinking(gateway: Gateway) -> tuple[str, dict[str, Any]]:
     )
     thinking = next(block for block in message.content if block.type == "thinking")
     call = next(block for block in message.content if block.type == "tool_use")
-    assert thinking.signature.startswith("dsmlkit1.")
+    assert thinking.signature.startswith("dsmlkit-t2.")
     return call.id, {
         "type": "thinking",
         "thinking": thinking.thinking,

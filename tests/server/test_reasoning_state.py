@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
+from dsmlkit.server.sealing import KeyRing
 from dsmlkit.server.state_store import (
     MemoryStore,
     RedisStore,
@@ -150,8 +151,8 @@ CALL_1, CALL_2 = "call_" + "1" * 24, "call_" + "2" * 24
 TOOLU_1 = "toolu_" + "1" * 24
 
 
-def memory(secret: str = "s") -> ReasoningMemory:
-    return ReasoningMemory(MemoryStore(), ThinkingSigner(secret))
+def memory() -> ReasoningMemory:
+    return ReasoningMemory(MemoryStore(), ThinkingSigner())
 
 
 def anthropic_body(thinking: dict[str, Any] | None, call_id: str = TOOLU_1) -> dict[str, Any]:
@@ -162,15 +163,20 @@ def anthropic_body(thinking: dict[str, Any] | None, call_id: str = TOOLU_1) -> d
     }
 
 
-def test_signatures_bind_the_text_and_the_secret() -> None:
-    signer = ThinkingSigner("secret")
-    signature = signer.sign("thought")
-    assert signature.startswith("dsmlkit1.")
-    assert signer.verify("thought", signature)
-    assert not signer.verify("thought.", signature)
-    assert not ThinkingSigner("other").verify("thought", signature)
-    assert not signer.verify("thought", "ünïcode")  # never raises on client input
-    assert not signer.verify(None, signature)
+def test_signatures_bind_the_text_the_model_and_the_key_ring() -> None:
+    signer = ThinkingSigner(KeyRing([b"s" * 32]))
+    signature = signer.sign("thought", "m")
+    assert signature.startswith("dsmlkit-t2.") and signature != signer.sign("thought", "m")
+    assert signer.verify("thought", signature, "m")
+    assert not signer.verify("thought.", signature, "m")
+    assert not signer.verify("thought", signature, "other-model")
+    assert not ThinkingSigner(KeyRing([b"o" * 32])).verify("thought", signature, "m")
+    assert ThinkingSigner(KeyRing([b"o" * 32, b"s" * 32])).verify("thought", signature, "m")
+    reasoning_token = signer.ring.seal("thought", "m")  # a Responses token is no signature
+    assert not signer.verify("thought", reasoning_token, "m")
+    assert not signer.verify("thought", "ünïcode", "m")  # never raises on client input
+    assert not signer.verify(None, signature, "m")
+    assert not signer.verify("thought", signature, None)
 
 
 def test_restore_never_changes_the_callers_body() -> None:
@@ -194,8 +200,8 @@ def test_restore_leaves_bodies_of_any_shape_to_the_reader(body: Any) -> None:
 
 def test_a_signed_anthropic_turn_needs_no_store() -> None:
     mem = memory()
-    block = {"type": "thinking", "thinking": "mine", "signature": mem.signer.sign("mine")}
-    assert run(mem.restore, "anthropic", anthropic_body(block))[1] == 0
+    block = {"type": "thinking", "thinking": "mine", "signature": mem.signer.sign("mine", "m")}
+    assert run(mem.restore, "anthropic", {"model": "m", **anthropic_body(block)})[1] == 0
 
 
 def test_redacted_thinking_is_replaced_by_the_stored_reasoning() -> None:
@@ -205,7 +211,7 @@ def test_redacted_thinking_is_replaced_by_the_stored_reasoning() -> None:
     restored, count, _ = run(mem.restore, "anthropic", body)
     assert count == 1
     first = restored["messages"][1]["content"][0]
-    assert first["thinking"] == "stored" and mem.signer.verify("stored", first["signature"])
+    assert first["thinking"] == "stored" and mem.signer.verify("stored", first["signature"], "")
     assert [b["type"] for b in restored["messages"][1]["content"]] == ["thinking", "tool_use"]
 
 

@@ -16,8 +16,10 @@ import openai
 import pytest
 from fastapi.testclient import TestClient
 
-from dsmlkit.api import seal
 from dsmlkit.dialects import V4_1
+from dsmlkit.render.tokens import load_tokenizer
+from dsmlkit.server.local_routes import SEALED_MARKER
+from dsmlkit.server.sealing import KeyRing
 from tests.helpers import write_block
 from tests.server.conftest import Gateway
 from tests.server.fake_engine import FakeEngine, Reply
@@ -166,10 +168,12 @@ def test_codex_turn_with_namespaces_and_sealed_reasoning(completions_gateway: Ga
     answer = client.responses.create(**follow_up)
     assert answer.output_text == "Found it."
     prompt = completions_gateway.engine.requests[-1]["prompt"]
+    assert "Search the docs." in load_tokenizer(None).decode(prompt)
     with completions_gateway.http() as http:
         shown = http.post("/v1/responses/render", json=_plain(follow_up)).json()
-    assert prompt == shown["token_ids"]
-    assert "Search the docs." in shown["prompt"]
+    # The render route never shows what a token holds: a marker in its place, no ids.
+    assert (shown["prompt_tokens"], shown["token_ids"]) == (len(prompt), None)
+    assert "Search the docs." not in shown["prompt"] and SEALED_MARKER in shown["prompt"]
     assert 'invoke name="mcp__docs__search"' in shown["prompt"]
 
 
@@ -182,29 +186,37 @@ def _plain(request: dict[str, Any]) -> dict[str, Any]:
 def test_a_configured_key_seals_across_servers(
     start_gateway: Callable[..., str], engine: FakeEngine
 ) -> None:
-    keyed = Gateway(start_gateway(state_secret="shared-secret"), engine)
-    other = Gateway(start_gateway(state_secret="another-secret"), engine)
+    """A token sealed under the shared secret opens on every server holding it (also as an
+    older secret of a ring); elsewhere it is read as sent (here: no text), with a note."""
+    shared, other_secret = "shared-secret-".ljust(32, "x"), "another-secret-".ljust(32, "y")
+    keyed = Gateway(start_gateway(state_secret=shared), engine)
+    rotated = Gateway(start_gateway(state_secret=f"{other_secret},{shared}"), engine)
+    other = Gateway(start_gateway(state_secret=other_secret), engine)
     item = {
         "type": "reasoning",
         "id": "rs_1",
         "summary": [],
-        "encrypted_content": seal(b"shared-secret", "Sealed elsewhere."),
+        "encrypted_content": KeyRing([shared.encode()]).seal("Sealed elsewhere.", "m"),
     }
+    call = {"type": "function_call", "call_id": "call_1", "name": "get_weather", "arguments": "{}"}
     body = {
         "model": "m",
+        "tools": [WEATHER_TOOL],
         "input": [
             {"role": "user", "content": "q"},
             item,
-            {"role": "assistant", "content": "a"},
-            {"role": "user", "content": "more"},
+            call,
+            {"type": "function_call_output", "call_id": "call_1", "output": "sunny"},
         ],
     }
-    with keyed.http() as http:
-        assert http.post("/v1/responses/render", json=body).status_code == 200
+    for opens in (keyed, rotated):
+        with opens.http() as http:
+            shown = http.post("/v1/responses/render", json=body).json()
+        assert shown["token_ids"] is None and SEALED_MARKER in shown["prompt"]
     with other.http() as http:
-        refused = http.post("/v1/responses/render", json=body)
-    assert refused.status_code == 400
-    assert refused.json()["error"]["param"] == "input[1].encrypted_content"
+        shown = http.post("/v1/responses/render", json=body).json()
+    assert shown["token_ids"] is not None and SEALED_MARKER not in shown["prompt"]
+    assert any("input[1].encrypted_content: not opened" in note for note in shown["notes"])
 
 
 def test_malformed_bodies_are_400s_with_param_paths(completions_gateway: Gateway) -> None:

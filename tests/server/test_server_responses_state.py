@@ -144,5 +144,5 @@ def test_a_store_outage_is_a_503_naming_the_param(tmp_path: Path) -> None:
     memory = ReasoningMemory(store, ThinkingSigner())
     body = {"model": "m", "input": "Again", "previous_response_id": "resp_0123456789abcdef"}
     with pytest.raises(ApiError) as caught:
-        anyio.run(with_history, memory, body)
+        anyio.run(with_history, memory, memory.signer.ring, body)
     assert (caught.value.status, caught.value.param) == (503, "previous_response_id")

@@ -28,7 +28,7 @@ from dsmlkit.api.responses import (
     parse_responses_request,
     responses_response,
 )
-from dsmlkit.api.seal import SealError, seal, unseal
+from dsmlkit.api.seal import Sealer, SealError
 from dsmlkit.api.sse import SSE_DONE, sse_anthropic, sse_event, sse_openai
 from dsmlkit.errors import ApiError, InvalidRequest
 
@@ -43,6 +43,7 @@ __all__ = [
     "ResponsesRequest",
     "ResponsesStream",
     "SealError",
+    "Sealer",
     "Usage",
     "anthropic_error_body",
     "anthropic_response",
@@ -58,10 +59,8 @@ __all__ = [
     "parse_responses_request",
     "response_diagnostics",
     "responses_response",
-    "seal",
     "sse_anthropic",
     "sse_event",
     "sse_openai",
     "to_openai_chat_body",
-    "unseal",
 ]

@@ -9,6 +9,7 @@ from dsmlkit.api.common import Api, ChatRequest, ParseOptions
 from dsmlkit.api.fields import Field
 from dsmlkit.api.openai import parse_openai_request
 from dsmlkit.api.responses import parse_responses_request, read_responses_tools
+from dsmlkit.api.seal import Sealer
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.render import resolve_dialect
 from dsmlkit.render.conversation import read_tools, unique_tools
@@ -19,14 +20,14 @@ def parse_request(
     body: Any,
     *,
     dialect: str | Dialect = DEFAULT_DIALECT,
-    seal_key: bytes | None = None,
+    sealer: Sealer | None = None,
 ) -> ChatRequest:
     """Read a Chat Completions, Messages or Responses body; raises ``InvalidRequest``.
 
-    ``seal_key`` opens sealed reasoning in a Responses body (the other APIs have none).
+    ``sealer`` opens sealed reasoning in a Responses body (the other APIs have none).
     """
     if api == "responses":
-        return parse_responses_request(body, dialect=dialect, seal_key=seal_key)
+        return parse_responses_request(body, dialect=dialect, sealer=sealer)
     if api == "anthropic":
         return parse_anthropic_request(body, dialect=dialect)
     return parse_openai_request(body, dialect=dialect)

@@ -12,8 +12,8 @@ split again on the way out; server tools (``web_search`` …) are dropped with a
 Responses: :func:`responses_response` builds the ``response`` object; :class:`ResponsesStream`
 emits the streaming event grammar (``response.created`` … ``response.completed``, every
 event numbered by ``sequence_number``). With ``include: ["reasoning.encrypted_content"]``
-reasoning items carry the reasoning sealed with the server's key (:mod:`dsmlkit.api.seal`),
-which a stateless client's next request hands back.
+reasoning items carry the reasoning sealed by the caller's :class:`~dsmlkit.api.seal.Sealer`
+for the request's model, which a stateless client's next request hands back.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from dsmlkit.api.common import (
     response_diagnostics,
 )
 from dsmlkit.api.fields import Field
-from dsmlkit.api.seal import SealError, seal, unseal
+from dsmlkit.api.seal import Sealer, SealError
 from dsmlkit.api.sse import TextFrames, json_string, sse_event
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
@@ -140,12 +140,13 @@ class ResponsesRequest(ChatRequest):
 
 
 def parse_responses_request(
-    body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT, seal_key: bytes | None = None
+    body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT, sealer: Sealer | None = None
 ) -> ResponsesRequest:
     """Validate a Responses body and convert it; raises :class:`InvalidRequest` (400).
 
-    ``seal_key`` opens the ``encrypted_content`` of reasoning items (the key the server
-    sealed them with); without it such items must carry their text in the clear.
+    ``sealer`` opens the ``encrypted_content`` of reasoning items (sealed for the body's
+    ``model``); a reasoning item whose token does not open is used as sent (its clear
+    ``content``, else its summary), with a note.
     """
     root = request_root(body)
     model = root["model"].nonempty_string()
@@ -157,7 +158,7 @@ def parse_responses_request(
     if instructions.present:
         text = _instructions(instructions)
         messages.append(Message("instructions", "system", (TextPart(text),), plain=True))
-    messages += _Input(namespaces, seal_key, notes).convert(root["input"])
+    messages += _Input(namespaces, sealer, model, notes).convert(root["input"])
     requested_effort, reasoning = _reasoning(root["reasoning"])
     thinking, effort = resolve_thinking(
         [(read_switch(root["thinking"]), "thinking.type")],
@@ -254,10 +255,15 @@ class _Input:
     joins a turn's items)."""
 
     def __init__(
-        self, namespaces: Mapping[str, tuple[str, str]], seal_key: bytes | None, notes: list[str]
+        self,
+        namespaces: Mapping[str, tuple[str, str]],
+        sealer: Sealer | None,
+        model: str,
+        notes: list[str],
     ) -> None:
         self._qualified = {pair: name for name, pair in namespaces.items()}
-        self._seal_key = seal_key
+        self._sealer = sealer
+        self._model = model
         self._notes = notes
         self._turn_calls: set[str] = set()  # call ids of the assistant turn being read
 
@@ -301,21 +307,21 @@ class _Input:
         return [Message(item.path, role, _parts(content, allowed), plain=plain)]
 
     def _reasoning_text(self, item: Field) -> str:
-        """Reasoning in the clear (``content``), else sealed, else its summary."""
+        """The sealed reasoning when its token opens here; else the item as sent (the text
+        in the clear, ``content``, else its summary): never a mix of both."""
+        sealed = item["encrypted_content"]
+        if sealed.present:
+            token = sealed.string()
+            why = "no sealer here"
+            if self._sealer is not None:
+                try:
+                    return self._sealer.open(token, self._model)
+                except SealError as exc:
+                    why = str(exc)
+            self._notes.append(f"{sealed.path}: not opened ({why}); the item is used as sent")
         content = item["content"]
         if content.present and content.array():
             return "".join(part["text"].string() for part in content.array())
-        sealed = item["encrypted_content"]
-        if sealed.present:
-            if self._seal_key is None:
-                raise sealed.error(
-                    "cannot be read here: this reader has no sealing key; send the reasoning "
-                    "as content, or send the request to the server that produced it"
-                )
-            try:
-                return unseal(self._seal_key, sealed.string())
-            except SealError as exc:
-                raise sealed.error(f"cannot be read by this server: {exc}") from None
         summary = item["summary"]
         if summary.present:
             return "\n\n".join(part["text"].string() for part in summary.array())
@@ -331,7 +337,10 @@ class _Input:
         if call_id in self._turn_calls:
             raise item["call_id"].error("two tool calls of one turn share this call_id")
         self._turn_calls.add(call_id)
-        arguments = history_arguments(item["arguments"].value, item["arguments"].path, self._notes)
+        given = item["arguments"]
+        if not given.present:
+            raise given.error('is required: the call\'s arguments as JSON text ("{}" for none)')
+        arguments = history_arguments(given.value, given.path, self._notes)
         return HistoryCall(call_id, name, arguments)
 
     def _output(self, item: Field) -> list[Message]:
@@ -472,10 +481,10 @@ class _Items:
     """Output items of one response, numbered from the response id (so a stream and the
     non-streamed response of one output carry the same ids)."""
 
-    def __init__(self, req: ResponsesRequest, response_id: str, seal_key: bytes | None) -> None:
+    def __init__(self, req: ResponsesRequest, response_id: str, sealer: Sealer | None) -> None:
         self._req = req
         self._token = response_id.removeprefix("resp_")
-        self._seal_key = seal_key
+        self._sealer = sealer
         self.done: list[dict[str, Any]] = []
 
     def item_id(self, prefix: str) -> str:
@@ -490,9 +499,9 @@ class _Items:
             "status": status,
         }
         if self._req.responses.include_encrypted_reasoning and status != "in_progress":
-            if self._seal_key is None:
-                raise CallerError("this request asks for encrypted reasoning: pass seal_key")
-            item["encrypted_content"] = seal(self._seal_key, text)
+            if self._sealer is None:
+                raise CallerError("this request asks for encrypted reasoning: pass sealer")
+            item["encrypted_content"] = self._sealer.seal(text, self._req.model)
         return item
 
     @staticmethod
@@ -577,15 +586,15 @@ def responses_response(
     id: str,
     created_at: int,
     usage: Usage | None = None,
-    seal_key: bytes | None = None,
+    sealer: Sealer | None = None,
 ) -> dict[str, Any]:
     """The ``response`` object for one parsed model output.
 
     Items: the reasoning, then the answer message, then one ``function_call`` per call;
     output cut off by the length limit makes the response ``incomplete``.
-    ``seal_key`` seals the reasoning when the request included ``reasoning.encrypted_content``.
+    ``sealer`` seals the reasoning when the request included ``reasoning.encrypted_content``.
     """
-    items = _Items(req, id, seal_key)
+    items = _Items(req, id, sealer)
     if msg.reasoning:
         items.done.append(items.reasoning(items.item_id("rs"), msg.reasoning, "completed"))
     if msg.content:
@@ -636,12 +645,12 @@ class ResponsesStream:
         *,
         id: str,
         created_at: int,
-        seal_key: bytes | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
         self._req = req
         self._id = id
         self._created_at = created_at
-        self._items = _Items(req, id, seal_key)
+        self._items = _Items(req, id, sealer)
         # Only calls, diagnostics and the finish reason are kept (text deltas are not):
         # what finish() and diagnostics need.
         self._outline = MessageCollector()

@@ -223,6 +223,8 @@ def run(args: argparse.Namespace) -> int:
         )
     except ConfigError as exc:
         flag = f"--{exc.where.replace('_', '-')}: " if exc.where else ""
+        if exc.where == "state_secret":  # set only from the environment
+            flag = f"${STATE_SECRET_ENV}: "
         return fail("serve", flag + exc.reason, EXIT_USAGE)
     try:
         app = create_app(config)

@@ -29,6 +29,7 @@ from dsmlkit.api import (
     sse_openai,
 )
 from dsmlkit.api.common import Api
+from dsmlkit.api.seal import Sealer
 from dsmlkit.errors import ApiError, CallerError
 from dsmlkit.parse import Diagnostic, Event, ParsedMessage
 
@@ -77,16 +78,16 @@ def build_response(
     stop_sequence: str | None,
     sign_thinking: Callable[[str], str] | None = None,
     request: ChatRequest | None = None,
-    seal_key: bytes | None = None,
+    sealer: Sealer | None = None,
 ) -> dict[str, Any]:
     """The non-streaming response body in ``api``'s shape (``sign_thinking``: Anthropic's
-    thinking-block signatures; ``request`` and ``seal_key``: what a Responses ``response``
+    thinking-block signatures; ``request`` and ``sealer``: what a Responses ``response``
     echoes and seals)."""
     if api == "responses":
         if not isinstance(request, ResponsesRequest):
             raise CallerError("a Responses response echoes its request: pass request=")
         return responses_response(
-            msg, request, id=response_id, created_at=created, usage=usage, seal_key=seal_key
+            msg, request, id=response_id, created_at=created, usage=usage, sealer=sealer
         )
     if api == "anthropic":
         return anthropic_response(
@@ -179,9 +180,9 @@ class _ResponsesFrames(_SseFrames):
     """A Responses stream ends in its own events, failed ones too, and keeps its response."""
 
     def __init__(
-        self, req: ResponsesRequest, response_id: str, created: int, seal_key: bytes | None
+        self, req: ResponsesRequest, response_id: str, created: int, sealer: Sealer | None
     ) -> None:
-        self._stream = ResponsesStream(req, id=response_id, created_at=created, seal_key=seal_key)
+        self._stream = ResponsesStream(req, id=response_id, created_at=created, sealer=sealer)
         super().__init__("responses", self._stream)
 
     def finish(self, usage: Usage | None, stop_sequence: str | None) -> list[str]:
@@ -202,12 +203,12 @@ def stream_frames(
     created: int,
     prompt_usage: Usage | None,
     sign_thinking: Callable[[str], str] | None = None,
-    seal_key: bytes | None = None,
+    sealer: Sealer | None = None,
 ) -> StreamFrames:
     """The frame writer for ``req``'s API; ``prompt_usage`` is what is known at the start
-    (``sign_thinking`` for Anthropic, ``seal_key`` for Responses)."""
+    (``sign_thinking`` for Anthropic, ``sealer`` for Responses)."""
     if isinstance(req, ResponsesRequest):
-        return _ResponsesFrames(req, response_id, created, seal_key)
+        return _ResponsesFrames(req, response_id, created, sealer)
     if req.api == "anthropic":
         return _AnthropicFrames(req, response_id, prompt_usage, sign_thinking)
     return _OpenAIFrames(req, response_id, created)

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from dsmlkit.dialects import get_dialect
 from dsmlkit.errors import CallerError
+from dsmlkit.server.sealing import read_secrets
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -156,7 +157,8 @@ class ServerConfig:
     #: ``memory``, ``sqlite:PATH`` or ``redis://HOST:PORT/DB`` (see :mod:`.state_store`).
     state: str = "memory"
     #: Signs Anthropic thinking blocks (see :mod:`.reasoning_store`) and seals Responses
-    #: reasoning (``encrypted_content``, :mod:`dsmlkit.api.seal`); default: random.
+    #: reasoning (``encrypted_content``): comma-separated secrets, the first one seals, any
+    #: opens (:mod:`.sealing`); default: random.
     state_secret: str | None = None
 
     def __post_init__(self) -> None:
@@ -172,6 +174,10 @@ class ServerConfig:
                 raise ConfigError("must be positive", name)
         if self.max_body_bytes <= 0:
             raise ConfigError("must be positive", "max_body_bytes")
+        try:
+            read_secrets(self.state_secret)
+        except CallerError as exc:
+            raise ConfigError(str(exc), "state_secret") from None
         seen: set[str] = set()
         for model in self.models:
             for name in model.names:

@@ -26,6 +26,7 @@ from collections.abc import (
 )
 from contextlib import aclosing
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, TypeVar
 
 import anyio
@@ -42,6 +43,7 @@ from dsmlkit.api import (
     to_openai_chat_body,
 )
 from dsmlkit.api.common import Api
+from dsmlkit.api.seal import Sealer
 from dsmlkit.errors import ApiError, UpstreamError
 from dsmlkit.parse import Diagnostic, Event, MessageCollector, OutputEnd
 from dsmlkit.server.apis import (
@@ -60,10 +62,10 @@ from dsmlkit.server.forced import (
     one_call_only,
 )
 from dsmlkit.server.local_routes import read_json
-from dsmlkit.server.prepare import model_of, prepare, prompt_length
+from dsmlkit.server.prepare import model_of, prepare, prompt_length, restore_history
 from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory
 from dsmlkit.server.reqlog import RequestRecord
-from dsmlkit.server.response_store import save, with_history
+from dsmlkit.server.response_store import save
 from dsmlkit.server.state import ServedModel, ServerState, client_keys, record_of, state_of
 from dsmlkit.server.state_store import StateStoreUnavailable
 from dsmlkit.server.upstream import UpstreamClient, UpstreamStream
@@ -170,19 +172,16 @@ async def responses(request: Request) -> Response:
 async def _gateway(request: Request, api: Api) -> Response:
     state = state_of(request)
     record = record_of(request)
-    body = await read_json(request)
-    if api == "responses":
-        body, record.reasoning_restored, state_error = await with_history(state.reasoning, body)
-    else:
-        body, record.reasoning_restored, state_error = await state.reasoning.restore(api, body)
-    record.state_error = state_error
+    restored = await restore_history(state, api, await read_json(request))
+    body = restored.body
+    record.reasoning_restored, record.state_error = restored.count, restored.error
     model = model_of(state, body)
     endpoint = state.endpoint(model)
     key = _upstream_key(state, request)
     if model.config.upstream_api == "completions":
         plan = await _completions_plan(state, model, api, body, key[0])
     else:
-        plan = await anyio.to_thread.run_sync(_chat_plan, model, api, body, state.seal_key)
+        plan = await anyio.to_thread.run_sync(_chat_plan, model, api, body, state.keys)
     req = plan.req
     record.stream, record.model, record.parsed = req.stream, model.name, True
     record.prompt_tokens = plan.prompt_tokens
@@ -193,7 +192,7 @@ async def _gateway(request: Request, api: Api) -> Response:
     events = _events(calls, plan, record, outcome, state.reasoning)
     response_id = new_response_id(api)
     created = int(time.time())
-    sign_thinking = state.reasoning.signer.sign
+    sign_thinking = partial(state.reasoning.signer.sign, model=req.model)
 
     async def keep(response: dict[str, Any]) -> None:
         """Store a Responses answer's conversation (a store failure is logged, not fatal)."""
@@ -210,7 +209,7 @@ async def _gateway(request: Request, api: Api) -> Response:
             created=created,
             prompt_usage=prompt_usage,
             sign_thinking=sign_thinking,
-            seal_key=state.seal_key,
+            sealer=state.keys,
         )
         return StreamingResponse(
             _stream_body(state, frames, events, outcome, record, keep),
@@ -241,7 +240,7 @@ async def _gateway(request: Request, api: Api) -> Response:
             stop_sequence=outcome.stop_sequence,
             sign_thinking=sign_thinking,
             request=req,
-            seal_key=state.seal_key,
+            sealer=state.keys,
         )
 
     result = await _cancel_on_disconnect(request, collect, record)
@@ -307,8 +306,8 @@ def _length_of(
     return first_tokens + len(prompt[len(first) :].encode())
 
 
-def _chat_plan(model: ServedModel, api: Api, body: Any, seal_key: bytes) -> _Plan:
-    req = parse_request(api, body, dialect=model.dialect, seal_key=seal_key)
+def _chat_plan(model: ServedModel, api: Api, body: Any, sealer: Sealer) -> _Plan:
+    req = parse_request(api, body, dialect=model.dialect, sealer=sealer)
     upstream_body = dict(body) if api == "openai" else to_openai_chat_body(req)
     upstream_body.update(stream=True, stream_options={"include_usage": True})
     if model.engine_model is not None:

@@ -18,7 +18,7 @@ from dsmlkit.render import RenderResult
 from dsmlkit.render.tokens import PromptTokenizer
 from dsmlkit.server.apis import build_response, new_response_id
 from dsmlkit.server.jsonbody import decode_body
-from dsmlkit.server.prepare import model_of, prepare, prompt_length
+from dsmlkit.server.prepare import model_of, prepare, prompt_length, restore_history
 from dsmlkit.server.state import record_of, state_of
 
 router = APIRouter()
@@ -26,6 +26,10 @@ router = APIRouter()
 #: Anthropic requires max_tokens on /v1/messages but not on count_tokens.
 _COUNT_TOKENS_MAX_TOKENS = 1
 
+
+#: What the render routes show in place of reasoning that came sealed: the client that
+#: sends a token need not be the one that was shown its text.
+SEALED_MARKER = "[sealed reasoning]"
 
 #: Bodies at least this large are decoded in a worker thread (off the event loop).
 _THREADED_BODY_BYTES = 256 * 1024
@@ -126,31 +130,49 @@ async def render_responses(request: Request) -> JSONResponse:
 
 async def _render(request: Request, api: Api) -> dict[str, Any]:
     """vLLM's render response (``request_id``, ``token_ids``, ``sampling_params``, ``model``,
-    ``stream``) plus the prompt text (exactly as it goes upstream) and what dsmlkit knows
-    about it."""
+    ``stream``) plus the prompt text (exactly as it goes upstream, history and restored
+    reasoning included), its length and what dsmlkit knows about it.
+
+    Reasoning that came sealed is never shown: the prompt holds :data:`SEALED_MARKER` in
+    its place and ``token_ids`` is null (they would spell it out); ``prompt_tokens`` still
+    counts the real prompt.
+    """
     state = state_of(request)
-    body = await read_json(request)
-    prepared = await anyio.to_thread.run_sync(prepare, state, api, body)
+    restored = await restore_history(state, api, await read_json(request))
+    prepared = await anyio.to_thread.run_sync(prepare, state, api, restored.body)
     req, result, model = prepared.req, prepared.result, prepared.model
     record = record_of(request)
     record.model = model.name
+    record.reasoning_restored, record.state_error = restored.count, restored.error
     notes = prepared.notes
     betas = request.headers.get("anthropic-beta")
     if api == "anthropic" and betas:
         notes.append(f"anthropic-beta ({betas}): accepted; changes nothing in the prompt")
-    if prepared.token_ids is not None:
-        record.prompt_tokens = len(prepared.token_ids)
+    ids = prepared.token_ids
+    if ids is not None:
+        record.prompt_tokens = len(ids)
+    shown, shown_ids = prepared, ids
+    if restored.sealed:
+        redacted = _redacted(restored.body, restored.sealed)
+        shown = await anyio.to_thread.run_sync(prepare, state, api, redacted)
+        shown_ids = None
+        notes.append(
+            f"sealed reasoning is shown as {SEALED_MARKER!r} (input items "
+            f"{', '.join(map(str, restored.sealed))}) and token_ids are left out; the "
+            "engine gets the reasoning itself, which prompt_tokens counts"
+        )
     return {
         "request_id": new_response_id(api),
         "model": req.model,
-        "prompt": prepared.encoded.text,
-        "token_ids": prepared.token_ids,
+        "prompt": shown.encoded.text,
+        "token_ids": shown_ids,
+        "prompt_tokens": len(ids) if ids is not None else None,
         "output_starts_in": result.output_starts_in,
         "dialect": result.dialect,
         "sampling_params": prepared.sampling_params(),
         "stream": req.stream,
         "tokenizer": model.tokenizer.name if model.tokenizer is not None else None,
-        "special_spans": _special_spans(result, prepared.encoded.text),
+        "special_spans": _special_spans(shown.result, shown.encoded.text),
         "notes": notes,
     }
 
@@ -167,6 +189,16 @@ def _special_spans(result: RenderResult, prompt: str) -> list[list[int]] | None:
             spans.append([offset, offset + len(text)])
         offset += len(text)
     return spans
+
+
+def _redacted(body: dict[str, Any], sealed: tuple[int, ...]) -> dict[str, Any]:
+    """A Responses body with the reasoning of the ``sealed`` input items replaced by
+    :data:`SEALED_MARKER`."""
+    items = list(body["input"])
+    for index in sealed:
+        kept = {k: v for k, v in items[index].items() if k != "encrypted_content"}
+        items[index] = {**kept, "content": [{"type": "reasoning_text", "text": SEALED_MARKER}]}
+    return {**body, "input": items}
 
 
 @router.post("/tokenize")

@@ -13,6 +13,7 @@ from dsmlkit.api import ChatRequest, parse_request
 from dsmlkit.api.common import Api
 from dsmlkit.render import RenderResult, render_conversation
 from dsmlkit.server.engine import Encoded
+from dsmlkit.server.response_store import with_history
 from dsmlkit.server.state import ServedModel, ServerState
 
 #: Keeps DSML intact in vLLM-style engines: the ｜DSML｜ marker and <think> tokens are special
@@ -58,6 +59,28 @@ class Prepared:
         }
 
 
+@dataclass(frozen=True)
+class Restored:
+    """A request body as the gateway reads it: what the client sent, plus the Responses
+    history its ``previous_response_id`` names and the reasoning it dropped."""
+
+    body: Any
+    #: Assistant turns whose reasoning came back from the store.
+    count: int
+    #: Why the store could not be asked (None: it answered).
+    error: str | None
+    #: Responses ``input`` items whose sealed reasoning opens here.
+    sealed: tuple[int, ...] = ()
+
+
+async def restore_history(state: ServerState, api: Api, body: Any) -> Restored:
+    """``body`` with its history and dropped reasoning put back (before it is read), the
+    same for the gateway and the render routes."""
+    if api == "responses":
+        return Restored(*await with_history(state.reasoning, state.keys, body))
+    return Restored(*await state.reasoning.restore(api, body))
+
+
 def model_of(state: ServerState, body: Any) -> ServedModel:
     """The served model a request body names (see :meth:`ServerState.model_for`)."""
     return state.model_for(body.get("model") if isinstance(body, dict) else None)
@@ -69,7 +92,7 @@ def prepare(state: ServerState, api: Api, body: Any) -> Prepared:
     CPU-bound: routes run it in a worker thread.
     """
     model = model_of(state, body)
-    req = parse_request(api, body, dialect=model.dialect, seal_key=state.seal_key)
+    req = parse_request(api, body, dialect=model.dialect, sealer=state.keys)
     result = render_conversation(req.conversation, req.render)
     return Prepared(model, req, result, model.plan.encode(result))
 

@@ -9,14 +9,15 @@ remembers, for every call id it issued, the reasoning of that answer
 request is read (:meth:`ReasoningMemory.restore`).
 
 The rule for Anthropic ``thinking`` blocks: the gateway signs every thinking block it
-returns with ``dsmlkit1.`` + base64url(HMAC-SHA256(secret, ``b"dsmlkit thinking\\0"`` +
-the UTF-8 thinking text)). A tool-use turn whose thinking blocks all carry our valid
-signature is used as sent. Any other turn (no thinking block, a ``redacted_thinking``
-block, a missing, foreign or forged signature) is *unsigned*: if the store knows one of its
-call ids, the stored reasoning replaces its thinking blocks; otherwise the client's text is
-used as sent, like any other history it writes. OpenAI turns carry no signature: a turn
-with an empty or missing ``reasoning_content`` / ``reasoning`` gets the stored reasoning,
-one with reasoning is used as sent.
+returns with its key ring (:mod:`.sealing`): the signature is the thinking text sealed for
+the request's model (``dsmlkit-t2.…``), valid for a block whose text is exactly what it
+holds, in a request naming that model. A tool-use turn whose thinking blocks all carry our
+valid signature is used as sent. Any other turn (no thinking block, a
+``redacted_thinking`` block, a missing, foreign or forged signature) is *unsigned*: if
+the store knows one of its call ids, the stored reasoning replaces its thinking blocks;
+otherwise the client's text is used as sent, like any other history it writes. OpenAI
+turns carry no signature: a turn with an empty or missing ``reasoning_content`` /
+``reasoning`` gets the stored reasoning, one with reasoning is used as sent.
 
 Store failures never fail a request: the answer is served without restoration, the
 failure is logged and ``/ready`` reports the store (``check``).
@@ -24,24 +25,21 @@ failure is logged and ``/ready`` reports the store (``check``).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
 import json
 import logging
-import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dsmlkit.api.common import Api
+from dsmlkit.api.seal import SealError
 from dsmlkit.parse import Event, ReasoningDelta, ToolCallEnd
+from dsmlkit.server.sealing import KeyRing
 from dsmlkit.server.state_store import DEFAULT_TTL, StateStore, StateStoreUnavailable
 
 LOGGER = logging.getLogger("dsmlkit.server")
 
-SIGNATURE_PREFIX = "dsmlkit1."
-_SIGNED_TEXT_PREFIX = b"dsmlkit thinking\0"
 _KEY_PREFIX = "reasoning:"
 #: Call ids shorter than this are never used as keys: an upstream that numbers its calls
 #: (``call_0``) would give two conversations the same id. The gateway's own ids have 29+.
@@ -51,21 +49,28 @@ MIN_CALL_ID_LENGTH = 16
 class ThinkingSigner:
     """Signs and checks the thinking text of Anthropic ``thinking`` blocks."""
 
-    def __init__(self, secret: str | None = None) -> None:
-        """``secret``: the server secret (``DSMLKIT_STATE_SECRET``); default: random per
+    def __init__(self, ring: KeyRing | None = None) -> None:
+        """``ring``: the server's key ring (``DSMLKIT_STATE_SECRET``); default: random per
         process (then signatures do not verify after a restart or on another replica, and
         the store lookup decides instead)."""
-        self._key = (secret or secrets.token_hex(32)).encode()
+        self.ring = ring or KeyRing.from_setting(None)
 
-    def sign(self, thinking: str) -> str:
-        mac = hmac.new(self._key, _SIGNED_TEXT_PREFIX + thinking.encode(), hashlib.sha256)
-        return SIGNATURE_PREFIX + base64.urlsafe_b64encode(mac.digest()).decode().rstrip("=")
+    def sign(self, thinking: str, model: str) -> str:
+        """The signature of ``thinking`` in an answer for ``model``."""
+        return self.ring.seal(thinking, model, "thinking")
 
-    def verify(self, thinking: object, signature: object) -> bool:
-        """True when ``signature`` is ours for exactly this ``thinking`` text."""
-        if not isinstance(thinking, str) or not isinstance(signature, str):
+    def verify(self, thinking: object, signature: object, model: object) -> bool:
+        """True when ``signature`` is ours, for ``model``, for exactly this ``thinking``."""
+        if not (isinstance(thinking, str) and isinstance(signature, str)):
             return False
-        return hmac.compare_digest(self.sign(thinking).encode(), signature.encode())
+        if not isinstance(model, str):
+            return False
+        try:
+            signed = self.ring.open(signature, model, "thinking")
+        except SealError:
+            return False
+        encoding = ("utf-8", "surrogatepass")
+        return hmac.compare_digest(signed.encode(*encoding), thinking.encode(*encoding))
 
 
 @dataclass(frozen=True)
@@ -138,7 +143,8 @@ class ReasoningMemory:
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(messages, list):
             return body, 0, None
-        turns = _dropped_turns(api, messages, self.signer)
+        model = body.get("model")
+        turns = _dropped_turns(api, messages, model, self.signer)
         if not turns:
             return body, 0, None
         found, error = await self.recall(call_id for turn in turns for call_id in turn.call_ids)
@@ -150,7 +156,7 @@ class ReasoningMemory:
             reasoning = next((found[i] for i in turn.call_ids if i in found), None)
             if reasoning is not None:
                 restored[turn.index] = _with_reasoning(
-                    api, messages[turn.index], reasoning, self.signer
+                    api, messages[turn.index], reasoning, model, self.signer
                 )
                 count += 1
         if not count:
@@ -180,7 +186,9 @@ class ReasoningMemory:
             )
 
 
-def _dropped_turns(api: Api, messages: list[Any], signer: ThinkingSigner) -> list[_DroppedTurn]:
+def _dropped_turns(
+    api: Api, messages: list[Any], model: object, signer: ThinkingSigner
+) -> list[_DroppedTurn]:
     turns = []
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") != "assistant":
@@ -190,7 +198,7 @@ def _dropped_turns(api: Api, messages: list[Any], signer: ThinkingSigner) -> lis
             kept = _openai_reasoning(message)
         else:
             ids = _anthropic_call_ids(message)
-            kept = bool(ids) and _signed_by_us(message["content"], signer)
+            kept = bool(ids) and _signed_by_us(message["content"], model, signer)
         if ids and not kept:
             turns.append(_DroppedTurn(index, ids))
     return turns
@@ -226,27 +234,30 @@ def _anthropic_call_ids(message: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-def _signed_by_us(content: list[Any], signer: ThinkingSigner) -> bool:
-    """At least one thinking block, and every one of them (no redacted ones) signed by us."""
+def _signed_by_us(content: list[Any], model: object, signer: ThinkingSigner) -> bool:
+    """At least one thinking block, and every one of them (no redacted ones) signed by us
+    for ``model``."""
     thinking = [
         block
         for block in content
         if isinstance(block, dict) and block.get("type") in ("thinking", "redacted_thinking")
     ]
     return bool(thinking) and all(
-        block["type"] == "thinking" and signer.verify(block.get("thinking"), block.get("signature"))
+        block["type"] == "thinking"
+        and signer.verify(block.get("thinking"), block.get("signature"), model)
         for block in thinking
     )
 
 
 def _with_reasoning(
-    api: Api, message: dict[str, Any], reasoning: str, signer: ThinkingSigner
+    api: Api, message: dict[str, Any], reasoning: str, model: object, signer: ThinkingSigner
 ) -> dict[str, Any]:
     if api == "openai":
         restored = {k: v for k, v in message.items() if k != "reasoning"}
         restored["reasoning_content"] = reasoning
         return restored
-    block = {"type": "thinking", "thinking": reasoning, "signature": signer.sign(reasoning)}
+    signature = signer.sign(reasoning, model if isinstance(model, str) else "")
+    block = {"type": "thinking", "thinking": reasoning, "signature": signature}
     others = [
         b
         for b in message["content"]

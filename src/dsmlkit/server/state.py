@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from dsmlkit.server.engine import EngineStatus, TokenPlan, read_engine
 from dsmlkit.server.metrics import Metrics
 from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
 from dsmlkit.server.reqlog import RequestRecord
+from dsmlkit.server.sealing import KeyRing
 from dsmlkit.server.state_store import open_store
 from dsmlkit.server.upstream import UpstreamClient
 
@@ -127,15 +127,14 @@ class ServerState:
     _upstream: UpstreamClient | None = None
     #: The reasoning round trip, on the ``--state`` store (opened with the state).
     reasoning: ReasoningMemory = field(init=False)
-    #: Seals the reasoning of Responses answers (``encrypted_content``): the same server
-    #: secret that signs Anthropic thinking blocks.
-    seal_key: bytes = field(init=False)
+    #: Seals the reasoning of Responses answers (``encrypted_content``) and signs Anthropic
+    #: thinking blocks: the key ring of ``DSMLKIT_STATE_SECRET`` (random when unset).
+    keys: KeyRing = field(init=False)
 
     def __post_init__(self) -> None:
         store = open_store(self.config.state)
-        secret = self.config.state_secret or secrets.token_hex(32)
-        self.reasoning = ReasoningMemory(store, ThinkingSigner(secret))
-        self.seal_key = secret.encode()
+        self.keys = KeyRing.from_setting(self.config.state_secret)
+        self.reasoning = ReasoningMemory(store, ThinkingSigner(self.keys))
 
     @classmethod
     def load(
