@@ -200,6 +200,17 @@ def test_parse_rejects_bad_bodies(
     assert response.json()["error"]["param"] == param
 
 
+@pytest.mark.parametrize("body", [b"", b" \r\n"])
+@pytest.mark.parametrize("route", ["/v1/chat/completions/render", "/v1/messages/render"])
+def test_an_empty_body_is_reported_as_empty(
+    local_client: TestClient, route: str, body: bytes
+) -> None:
+    response = local_client.post(route, content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    message = response.json()["error"]["message"]
+    assert "request body is empty" in message and "not valid JSON" not in message
+
+
 def test_caller_mistakes_come_back_in_each_apis_envelope(local_client: TestClient) -> None:
     broken = local_client.post(
         "/v1/chat/completions/render",
