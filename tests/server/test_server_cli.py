@@ -82,7 +82,7 @@ def test_flags_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     ("name", "value", "words"),
     [
         ("DSMLKIT_PORT", "99999", "DSMLKIT_PORT='99999': 99999 is not a port (1-65535)"),
-        ("DSMLKIT_DIALECT", "v9", "DSMLKIT_DIALECT='v9': must be one of"),
+        ("DSMLKIT_DIALECT", "v9", "DSMLKIT_DIALECT='v9': unknown dialect 'v9'"),
     ],
 )
 def test_bad_environment_values_are_usage_errors(
