@@ -145,7 +145,7 @@ def test_missing_server_extra_says_what_to_install(
 
     monkeypatch.setattr(builtins, "__import__", without_uvicorn)
     assert main(["serve"]) == 4
-    assert "pip install 'dsmlkit[server]'" in capsys.readouterr().err
+    assert "pip install '.[server]' in a dsmlkit checkout" in capsys.readouterr().err
 
 
 def test_help_works_without_the_server_extra() -> None:

@@ -26,11 +26,11 @@ from dsmlkit.cli import (
     dialect_name,
     fail,
 )
+from dsmlkit.errors import install_hint
 
 if TYPE_CHECKING:
     from dsmlkit.server.state import ServerState
 
-INSTALL_HINT = "pip install 'dsmlkit[server]'"
 ENV_PREFIX = "DSMLKIT_"
 #: The upstream's key comes only from the environment (so it never shows in `ps`).
 UPSTREAM_KEY_ENV = "DSMLKIT_UPSTREAM_API_KEY"
@@ -116,7 +116,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--tokenizer",
         metavar="PATH",
         help="tokenizer.json or model folder (default: the bundled V4 tokenizer if "
-        "dsmlkit[tokenizer] is installed; 'none' sends text prompts)",
+        "the tokenizer extra is installed; 'none' sends text prompts)",
     )
     add(
         "--api-key",
@@ -213,9 +213,8 @@ def run(args: argparse.Namespace) -> int:
         from dsmlkit.server.config import ConfigError, load_config_file
         from dsmlkit.server.runtime import configure_logging, serve
     except ImportError as exc:
-        return fail(
-            "serve", f"needs the server extra ({exc.name} is missing): {INSTALL_HINT}", EXIT_START
-        )
+        missing = f"needs the server extra ({exc.name} is missing)"
+        return fail("serve", f"{missing}: {install_hint('server')}", EXIT_START)
     settings: dict[str, Any] = {}
     if args.config is not None:
         given = [f"--{flag.replace('_', '-')}" for flag in MODEL_FLAGS if getattr(args, flag)]
