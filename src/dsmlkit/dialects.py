@@ -13,8 +13,8 @@ dialect     block                invoke        parameter       example opener
 ==========  ===================  ============  ==============  =========================
 
 In V4.1 the leading space is part of every tag name, open and close. Every string below
-is what DeepSeek's reference encoders put in a prompt, byte for byte (see
-``shared/spec/templates.md`` for the sources).
+is what DeepSeek's reference encoders put in a prompt, byte for byte (``docs/rendering.md``,
+Sources, names the encoder copies they come from).
 """
 
 from __future__ import annotations
