@@ -3,8 +3,8 @@
     python bench/bench_parse.py                 # dsmlkit only (about a minute)
     python bench/bench_parse.py --peers         # plus vLLM's and SGLang's parsers, same inputs
 
-The peers run in the venv made by ``../shared/bench/peers-install.sh`` (``--peers-python``,
-default ``.peers-venv/bin/python``), driven by ``../shared/bench/peers.py`` the way their
+The peers run in the venv made by ``bash bench/peers/peers-install.sh`` (``--peers-python``,
+default ``.peers-venv/bin/python``), driven by ``bench/peers/peers.py`` the way their
 servers drive them. They are never a dependency of dsmlkit. Prints figures; asserts nothing.
 """
 
@@ -165,7 +165,7 @@ print(json.dumps(results))
 
 
 def run_peers(
-    cases: list[tuple[str, str, str]], dialect: str, python: str, shared_bench: Path
+    cases: list[tuple[str, str, str]], dialect: str, python: str, peers_dir: Path
 ) -> list[dict[str, object]]:
     version = {"v3.2": "v32", "v4": "v4", "v4.1": "v41"}[dialect]
     job = {
@@ -179,7 +179,7 @@ def run_peers(
         json.dump(job, handle)
     try:
         done = subprocess.run(
-            [python, "-c", PEER_DRIVER, str(shared_bench), handle.name],
+            [python, "-c", PEER_DRIVER, str(peers_dir), handle.name],
             check=True,
             capture_output=True,
             text=True,
@@ -196,7 +196,7 @@ def main() -> None:
     ap.add_argument("--cli-mb", type=int, default=10, help="size of the CLI input (MB)")
     ap.add_argument("--peers", action="store_true", help="also run vLLM's and SGLang's parsers")
     ap.add_argument("--peers-python", default=str(ROOT / ".peers-venv" / "bin" / "python"))
-    ap.add_argument("--shared-bench", default=str(ROOT.parent / "shared" / "bench"))
+    ap.add_argument("--peers-dir", default=str(ROOT / "bench" / "peers"), help="holds peers.py")
     ap.add_argument("--peer-max-kb", type=int, default=100, help="largest input given to peers")
     args = ap.parse_args()
     dialect = args.dialect
@@ -262,12 +262,12 @@ def main() -> None:
     if not args.peers:
         return
     if not Path(args.peers_python).exists():
-        print(f"\n--peers: {args.peers_python} not found; run ../shared/bench/peers-install.sh")
+        print(f"\n--peers: {args.peers_python} not found; run bash bench/peers/peers-install.sh")
         return
     peer_sizes = [s for s in sizes if s <= args.peer_max_kb * KB]
     cases = [(f"{s // KB} KB", call_output(values[s], dialect), values[s]) for s in peer_sizes]
     print(f"\nPeers on the same inputs ({DELTA}-character deltas), same run:")
-    results = run_peers(cases, dialect, args.peers_python, Path(args.shared_bench))
+    results = run_peers(cases, dialect, args.peers_python, Path(args.peers_dir))
     ours_by_case = {}
     for name, text, _ in cases:
         chunks = chunked(text)

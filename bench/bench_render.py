@@ -5,12 +5,12 @@ turns that call 1-3 tools each, with reasoning, tool results and a user message 
 turns. It is rendered for V4.1 in thinking mode and tokenized with the bundled tokenizer.
 
     python bench/bench_render.py [--runs N] [--tokenizer PATH]
-    python bench/bench_render.py --peers [--peers-python /work/peers-venv/bin/python]
+    python bench/bench_render.py --peers [--peers-python .peers-venv/bin/python]
 
 ``--peers`` also runs vLLM's own V4.1 encoder (``vllm.tokenizers.deepseek_v41_encoding.
 encode_messages``, which uses the release effort table) and vLLM's tokenizer wrapper on the
 same conversation, in a subprocess with the peers venv's python (made by
-``shared/bench/peers-install.sh``), and prints both side by side with whether the prompts
+``bash bench/peers/peers-install.sh``), and prints both side by side with whether the prompts
 and ids are identical. Figures are medians over the runs; CPU time is process CPU time.
 """
 
@@ -37,7 +37,7 @@ TURNS = 200
 TOOLS = 60
 USER_EVERY = 25
 SEED = 20261130
-DEFAULT_PEERS_PYTHON = "/work/peers-venv/bin/python"
+DEFAULT_PEERS_PYTHON = str(Path(__file__).parent.parent / ".peers-venv" / "bin" / "python")
 
 VERBS = ("read", "write", "search", "list", "fetch", "run", "query", "update", "delete", "check")
 NOUNS = ("file", "issue", "branch", "table", "page", "job", "ticket", "metric", "secret", "log")

@@ -59,7 +59,7 @@ def test_a_bad_flag_exits_2(command: str) -> None:
     ("content", "message"),
     [
         (None, "cannot read"),
-        ("[{", "is not UTF-8 JSON"),
+        ("[{", "is not valid JSON: Expecting property name enclosed in double quotes at line 1"),
         ('{"name": "f"}', "must hold a JSON list of tool objects"),
         ("[1, 2]", "must hold a JSON list of tool objects"),
     ],

@@ -98,6 +98,11 @@ def test_jsonl_batch_keeps_order_and_survives_bad_lines() -> None:
     ]
     stdin = "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines)
     done = run_cli("--jsonl", stdin=stdin + "\n")
+    assert done.returncode == 3  # some lines failed; each is named on stderr
+    assert [line.split(":")[1] for line in done.stderr.decode("utf-8").splitlines()] == [
+        " stdin line 2",
+        " stdin line 4",
+    ]
     out = done.stdout.decode("utf-8").split("\n")
     assert out[-1] == ""
     results = [json.loads(line) for line in out[:-1]]
@@ -142,6 +147,7 @@ def test_jsonl_reads_a_file_and_takes_the_flags_as_defaults(tmp_path: Path) -> N
     assert [call["name"] for call in relaxed["calls"]] == ["f"]
 
     with_tools = run_cli("--jsonl", str(batch), *flags, "--tools", str(tools))
+    assert with_tools.returncode == 3
     results = [json.loads(line) for line in with_tools.stdout.decode("utf-8").splitlines()]
     assert ["error" in result for result in results] == [True, True, True, False]
     assert "has no function name" in results[0]["error"]  # the --tools default was used

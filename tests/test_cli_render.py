@@ -293,7 +293,7 @@ def test_api_flags_win_over_the_body(
     ("argv", "stdin", "message"),
     [
         (["--dialect", "v4"], [{"role": "bogus", "content": "x"}], "messages[0].role"),
-        (["--dialect", "v4"], b"[{", "not UTF-8 JSON"),
+        (["--dialect", "v4"], b"[{", "stdin is not valid JSON"),
         (["--dialect", "v4"], {"msgs": []}, "'messages'"),
         (["--dialect", "v4"], {"messages": [], "extra": 1}, "unknown input keys"),
         (["--dialect", "v4"], {"messages": [], "context": [{"role": "user"}]}, "context"),

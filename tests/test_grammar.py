@@ -212,4 +212,4 @@ def test_cli_rejects_a_tools_file_that_is_not_json(tmp_path: Path) -> None:
     path.write_text("[{", "utf-8")
     done = run_cli("--dialect", "v4", "--tools", str(path), "--format", "ebnf")
     assert done.returncode == 3
-    assert "is not UTF-8 JSON" in done.stderr.decode("utf-8")
+    assert f"{path} is not valid JSON" in done.stderr.decode("utf-8")

@@ -213,7 +213,8 @@ def test_missing_tokenizers_package_says_how_to_install(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setitem(sys.modules, "tokenizers", None)
-    with pytest.raises(TokenizerNotInstalled, match=r"pip install 'dsmlkit\[tokenizer\]'"):
+    hint = r"pip install '\.\[tokenizer\]' in a dsmlkit checkout"
+    with pytest.raises(TokenizerNotInstalled, match=hint):
         load_tokenizer(v41_tokenizer_file(tmp_path))
 
 

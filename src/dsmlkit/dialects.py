@@ -13,8 +13,8 @@ dialect     block                invoke        parameter       example opener
 ==========  ===================  ============  ==============  =========================
 
 In V4.1 the leading space is part of every tag name, open and close. Every string below
-is what DeepSeek's reference encoders put in a prompt, byte for byte (see
-``shared/spec/templates.md`` for the sources).
+is what DeepSeek's reference encoders put in a prompt, byte for byte (``docs/rendering.md``,
+Sources, names the encoder copies they come from).
 """
 
 from __future__ import annotations
@@ -361,11 +361,21 @@ V4_1 = Dialect(
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (V3_2, V4, V4_1)}
+#: Other spellings of the names, taken wherever a dialect is named: the CLI's ``--dialect``,
+#: ``DSMLKIT_DIALECT``, ``--config`` files and request fields (all go through get_dialect).
+DIALECT_ALIASES: dict[str, str] = {
+    "v32": "v3.2",
+    "3.2": "v3.2",
+    "4": "v4",
+    "v41": "v4.1",
+    "4.1": "v4.1",
+}
 DEFAULT_DIALECT = V4_1
 
 
 def get_dialect(name: str | Dialect) -> Dialect:
-    """Look a dialect up by name (``v3.2``, ``v4``, ``v4.1``; ``v32``/``v41`` also work).
+    """Look a dialect up by name (``v3.2``, ``v4``, ``v4.1``) or alias (:data:`DIALECT_ALIASES`),
+    ignoring case and surrounding spaces.
 
     A :class:`Dialect` value is returned as it is, so a custom dialect works anywhere a
     name does.
@@ -373,9 +383,12 @@ def get_dialect(name: str | Dialect) -> Dialect:
     if isinstance(name, Dialect):
         return name
     key = name.strip().lower()
-    key = {"v32": "v3.2", "v41": "v4.1", "3.2": "v3.2", "4": "v4", "4.1": "v4.1"}.get(key, key)
+    key = DIALECT_ALIASES.get(key, key)
     try:
         return DIALECTS[key]
     except KeyError:
         known = ", ".join(DIALECTS)
-        raise CallerError(f"unknown dialect {name!r}; use one of: {known}") from None
+        aliases = ", ".join(DIALECT_ALIASES)
+        raise CallerError(
+            f"unknown dialect {name!r}; use one of: {known} (or an alias: {aliases})"
+        ) from None

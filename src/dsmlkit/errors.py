@@ -103,3 +103,14 @@ class UpstreamError(DsmlkitError):
         self.kind = kind
         self.message = message
         self.status = status
+
+
+def install_hint(extra: str) -> str:
+    """How to install dsmlkit with ``extra`` (``server``, ``tokenizer``): dsmlkit is not on a
+    package index yet, so from a checkout or from a wheel built from one."""
+    from dsmlkit import __version__
+
+    return (
+        f"pip install '.[{extra}]' in a dsmlkit checkout, or "
+        f"pip install 'dsmlkit-{__version__}-py3-none-any.whl[{extra}]' from a built wheel"
+    )

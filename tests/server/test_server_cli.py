@@ -82,7 +82,7 @@ def test_flags_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     ("name", "value", "words"),
     [
         ("DSMLKIT_PORT", "99999", "DSMLKIT_PORT='99999': 99999 is not a port (1-65535)"),
-        ("DSMLKIT_DIALECT", "v9", "DSMLKIT_DIALECT='v9': must be one of"),
+        ("DSMLKIT_DIALECT", "v9", "DSMLKIT_DIALECT='v9': unknown dialect 'v9'"),
     ],
 )
 def test_bad_environment_values_are_usage_errors(
@@ -145,7 +145,7 @@ def test_missing_server_extra_says_what_to_install(
 
     monkeypatch.setattr(builtins, "__import__", without_uvicorn)
     assert main(["serve"]) == 4
-    assert "pip install 'dsmlkit[server]'" in capsys.readouterr().err
+    assert "pip install '.[server]' in a dsmlkit checkout" in capsys.readouterr().err
 
 
 def test_help_works_without_the_server_extra() -> None:

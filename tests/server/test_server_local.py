@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from dsmlkit.api import parse_request
 from dsmlkit.dialects import BOS, EOS, V4_1
+from dsmlkit.errors import install_hint
 from dsmlkit.render import render_conversation
 from dsmlkit.render.tokens import load_tokenizer
 from dsmlkit.server import ServerConfig, create_app
@@ -100,16 +101,16 @@ def test_missing_tokenizer_extra_is_not_fatal(monkeypatch: pytest.MonkeyPatch) -
     from dsmlkit.server import state
 
     def not_installed(path: str | None = None) -> Any:
-        raise tokens.TokenizerNotInstalled("pip install 'dsmlkit[tokenizer]'")
+        raise tokens.TokenizerNotInstalled(install_hint("tokenizer"))
 
     monkeypatch.setattr(state, "load_tokenizer", not_installed)
     with TestClient(create_app()) as client:
         shown = client.post("/v1/chat/completions/render", json=CHAT).json()
         assert shown["token_ids"] is None
-        assert any("dsmlkit[tokenizer]" in note for note in shown["notes"])
+        assert any("pip install '.[tokenizer]'" in note for note in shown["notes"])
         refused = client.post("/tokenize", json={"prompt": "x"})
         assert refused.status_code == 501
-        assert "dsmlkit[tokenizer]" in refused.json()["error"]["message"]
+        assert "pip install '.[tokenizer]'" in refused.json()["error"]["message"]
 
 
 def test_tokenize_detokenize_and_count_tokens(local_client: TestClient, v41_tokenizer: str) -> None:
@@ -198,6 +199,17 @@ def test_parse_rejects_bad_bodies(
     response = local_client.post("/v1/parse", json=body)
     assert response.status_code == 400
     assert response.json()["error"]["param"] == param
+
+
+@pytest.mark.parametrize("body", [b"", b" \r\n"])
+@pytest.mark.parametrize("route", ["/v1/chat/completions/render", "/v1/messages/render"])
+def test_an_empty_body_is_reported_as_empty(
+    local_client: TestClient, route: str, body: bytes
+) -> None:
+    response = local_client.post(route, content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400
+    message = response.json()["error"]["message"]
+    assert "request body is empty" in message and "not valid JSON" not in message
 
 
 def test_caller_mistakes_come_back_in_each_apis_envelope(local_client: TestClient) -> None:

@@ -16,8 +16,19 @@ import sys
 from typing import Any
 
 from dsmlkit.api import anthropic_error_body, convert_output, openai_error_body, parse_request
-from dsmlkit.cli import EXIT_INPUT, EXIT_OK, InputFileError, fail, read_input
-from dsmlkit.dialects import DEFAULT_DIALECT, DIALECTS
+from dsmlkit.cli import (
+    DIALECT_HELP,
+    DIALECT_METAVAR,
+    EXIT_INPUT,
+    EXIT_OK,
+    InputFileError,
+    dialect_name,
+    fail,
+    input_name,
+    load_json,
+    read_input,
+)
+from dsmlkit.dialects import DEFAULT_DIALECT
 from dsmlkit.errors import ApiError, InvalidRequest
 
 ERROR_BODIES = {
@@ -27,18 +38,19 @@ ERROR_BODIES = {
 }
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "convert",
-        help="convert an OpenAI Chat, Anthropic or OpenAI Responses request body to the "
-        "canonical conversation",
-        description=(
-            "Print the canonical messages, tools and options of a request body; an invalid "
-            "request prints the API's error body on stdout and exits 3."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Print the canonical messages, tools and options of a request body; an invalid "
+        "request prints the API's error body on stdout and exits 3."
     )
     parser.add_argument("--from", dest="api", required=True, choices=tuple(ERROR_BODIES))
-    parser.add_argument("--dialect", default=DEFAULT_DIALECT.name, choices=list(DIALECTS))
+    parser.add_argument(
+        "--dialect",
+        type=dialect_name,
+        metavar=DIALECT_METAVAR,
+        default=DEFAULT_DIALECT.name,
+        help=DIALECT_HELP,
+    )
     parser.add_argument("file", nargs="?", metavar="FILE", help="request body (default: stdin)")
     parser.set_defaults(func=run)
 
@@ -49,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     except InputFileError as exc:
         return fail("convert", str(exc), EXIT_INPUT)
     try:
-        body = _decode(raw)
+        body = _decode(raw, input_name(args.file))
         output = convert_output(parse_request(args.api, body, dialect=args.dialect))
     except ApiError as err:
         _print_json(ERROR_BODIES[args.api](err))
@@ -58,11 +70,12 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _decode(raw: bytes) -> Any:
+def _decode(raw: bytes, source: str) -> Any:
+    """The request body as JSON; what is wrong with it becomes the API's error body."""
     try:
-        return json.loads(raw.decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidRequest(f"the request body is not UTF-8 JSON: {exc}") from None
+        return load_json(raw, source)
+    except InputFileError as exc:
+        raise InvalidRequest(str(exc)) from None
 
 
 def _print_json(data: dict[str, Any]) -> None:

@@ -5,34 +5,42 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, NoReturn
+from typing import NoReturn
 
-from dsmlkit.cli import EXIT_INPUT, EXIT_OK, EXIT_USAGE, InputFileError, fail, load_tools
-from dsmlkit.dialects import DIALECTS
+from dsmlkit.cli import (
+    DIALECT_HELP,
+    DIALECT_METAVAR,
+    EXIT_INPUT,
+    EXIT_OK,
+    EXIT_USAGE,
+    InputFileError,
+    SubcommandParser,
+    dialect_name,
+    fail,
+    load_tools,
+)
 from dsmlkit.errors import CallerError
 from dsmlkit.grammar import ebnf, structural_tag
 
 _PROG = "dsmlkit grammar"
 
 
-class _OneLineErrors(argparse.ArgumentParser):
+class _OneLineErrors(SubcommandParser):
     """Usage errors as one line on stderr and the usage exit status."""
 
     def error(self, message: str) -> NoReturn:
         sys.exit(fail("grammar", message, EXIT_USAGE))
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "grammar",
-        help="print the DSML grammar of a tool set for constrained decoding",
-        description=(
-            "Print the grammar of what a DeepSeek model may write for these tools: an xgrammar "
-            "structural tag as JSON (--format xgrammar) or xgrammar EBNF text (--format ebnf)."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Print the grammar of what a DeepSeek model may write for these tools: an xgrammar "
+        "structural tag as JSON (--format xgrammar) or xgrammar EBNF text (--format ebnf)."
     )
     parser.__class__ = _OneLineErrors  # add_parser() takes no class; errors become one line
-    parser.add_argument("--dialect", required=True, choices=sorted(DIALECTS))
+    parser.add_argument(
+        "--dialect", type=dialect_name, metavar=DIALECT_METAVAR, required=True, help=DIALECT_HELP
+    )
     parser.add_argument(
         "--tools",
         required=True,

@@ -8,25 +8,33 @@ import sys
 from collections.abc import Iterator
 from typing import Any, BinaryIO
 
-from dsmlkit.cli import EXIT_INPUT, EXIT_OK, InputFileError, fail, load_tools, read_input
-from dsmlkit.dialects import DIALECTS
+from dsmlkit.cli import (
+    DIALECT_HELP,
+    DIALECT_METAVAR,
+    EXIT_INPUT,
+    EXIT_OK,
+    InputFileError,
+    dialect_name,
+    fail,
+    input_name,
+    load_tools,
+    read_input,
+)
 from dsmlkit.parse import MessageCollector, Parser, event_to_json
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "parse",
-        help="parse one raw DeepSeek model output into content, reasoning and tool calls",
-        description=(
-            "Read one raw model output (FILE or stdin) and print the parsed message as one JSON "
-            'object {"content", "reasoning", "calls", "diagnostics", "finish_reason"}. '
-            "With --jsonl, read one JSON request per line (FILE or stdin) and write one result "
-            "per line; --dialect, --thinking, --strict, --tools, --chunk-size and "
-            "--finish-reason are the defaults for the keys a line leaves out."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Read one raw model output (FILE or stdin) and print the parsed message as one JSON "
+        'object {"content", "reasoning", "calls", "diagnostics", "finish_reason"}. '
+        "With --jsonl, read one JSON request per line (FILE or stdin) and write one result "
+        "per line; --dialect, --thinking, --strict, --tools, --chunk-size and "
+        "--finish-reason are the defaults for the keys a line leaves out."
     )
     parser.add_argument("file", nargs="?", metavar="FILE", help="model output (default: stdin)")
-    parser.add_argument("--dialect", choices=sorted(DIALECTS), default="v4.1")
+    parser.add_argument(
+        "--dialect", type=dialect_name, metavar=DIALECT_METAVAR, default="v4.1", help=DIALECT_HELP
+    )
     parser.add_argument(
         "--thinking",
         action="store_true",
@@ -110,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return fail("parse", f"{args.file or 'stdin'} is not UTF-8: {exc}", EXIT_INPUT)
+        return fail("parse", f"{input_name(args.file)} is not UTF-8: {exc}", EXIT_INPUT)
     if args.events:
         parser = Parser(
             args.dialect,
@@ -138,16 +146,31 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_jsonl(out: BinaryIO, raw: bytes, args: argparse.Namespace, tools: Any) -> int:
-    """One result line per request line; the flags fill in what a line leaves out."""
-    for raw_line in raw.split(b"\n"):
+    """One result line per request line; the flags fill in what a line leaves out.
+
+    A line that fails gives ``{"error", "line"}`` in its place and a stderr line naming the
+    input and line number; the run goes on and exits 3 if any line failed.
+    """
+    source = input_name(args.file)
+    code = EXIT_OK
+    for number, raw_line in enumerate(raw.split(b"\n"), start=1):
         if not raw_line.strip():
             continue
         try:
-            result = _parse_request(json.loads(raw_line.decode("utf-8")), args, tools)
+            result = _parse_request(_line_json(raw_line), args, tools)
         except Exception as exc:  # a bad line reports and the run goes on
-            result = {"error": f"{type(exc).__name__}: {exc}"}
+            message = f"{type(exc).__name__}: {exc}"
+            code = fail("parse", f"{source} line {number}: {message}", EXIT_INPUT)
+            result = {"error": message, "line": number}
         _write_line(out, result)
-    return EXIT_OK
+    return code
+
+
+def _line_json(raw_line: bytes) -> Any:
+    try:
+        return json.loads(raw_line.decode("utf-8"))
+    except json.JSONDecodeError as exc:  # its "line 1" would only confuse
+        raise ValueError(f"not valid JSON: {exc.msg} at column {exc.colno}") from None
 
 
 def _parse_request(request: Any, defaults: argparse.Namespace, tools: Any) -> dict[str, Any]:

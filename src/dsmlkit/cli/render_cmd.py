@@ -27,8 +27,20 @@ from dataclasses import replace
 from typing import Any
 
 from dsmlkit.api import parse_request
-from dsmlkit.cli import EXIT_INPUT, EXIT_OK, EXIT_USAGE, InputFileError, fail, read_input
-from dsmlkit.dialects import DIALECTS, Dialect
+from dsmlkit.cli import (
+    DIALECT_HELP,
+    DIALECT_METAVAR,
+    EXIT_INPUT,
+    EXIT_OK,
+    EXIT_USAGE,
+    InputFileError,
+    dialect_name,
+    fail,
+    input_name,
+    load_json,
+    read_input,
+)
+from dsmlkit.dialects import Dialect
 from dsmlkit.errors import DsmlkitError, InvalidRequest, UsageError
 from dsmlkit.render import (
     Conversation,
@@ -45,14 +57,12 @@ PROG = "dsmlkit render"
 INPUT_KEYS = ("messages", "tools", "thinking_mode", "reasoning_effort", "context")
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "render",
-        help="print the exact DeepSeek prompt for a conversation",
-        description="Render a conversation into the exact DeepSeek prompt text (or token ids).",
-        epilog="Flags given explicitly win over settings carried by the input.",
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Render a conversation into the exact DeepSeek prompt text (or token ids)."
+    parser.epilog = "Flags given explicitly win over settings carried by the input."
+    parser.add_argument(
+        "--dialect", type=dialect_name, metavar=DIALECT_METAVAR, required=True, help=DIALECT_HELP
     )
-    parser.add_argument("--dialect", required=True, choices=list(DIALECTS))
     parser.add_argument("--mode", choices=("thinking", "chat"), help="default: thinking")
     parser.add_argument(
         "--reasoning-effort",
@@ -112,10 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _conversation(args: argparse.Namespace, raw: bytes) -> tuple[Conversation, RenderOptions]:
     """The conversation and render options from the input and the flags (flags win)."""
-    try:
-        body = json.loads(raw.decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InvalidRequest(f"the input is not UTF-8 JSON: {exc}") from exc
+    body = load_json(raw, input_name(args.file))
     dialect = resolve_dialect(args.dialect)
     if args.api:
         req = parse_request(args.api, body, dialect=dialect)

@@ -15,13 +15,22 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any
 
-from dsmlkit.cli import EXIT_CONFIG, EXIT_INPUT, EXIT_OK, EXIT_START, EXIT_USAGE, fail
-from dsmlkit.dialects import DIALECTS
+from dsmlkit.cli import (
+    DIALECT_HELP,
+    DIALECT_METAVAR,
+    EXIT_CONFIG,
+    EXIT_INPUT,
+    EXIT_OK,
+    EXIT_START,
+    EXIT_USAGE,
+    dialect_name,
+    fail,
+)
+from dsmlkit.errors import install_hint
 
 if TYPE_CHECKING:
     from dsmlkit.server.state import ServerState
 
-INSTALL_HINT = "pip install 'dsmlkit[server]'"
 ENV_PREFIX = "DSMLKIT_"
 #: The upstream's key comes only from the environment (so it never shows in `ps`).
 UPSTREAM_KEY_ENV = "DSMLKIT_UPSTREAM_API_KEY"
@@ -30,6 +39,25 @@ STATE_SECRET_ENV = "DSMLKIT_STATE_SECRET"
 #: Flags that describe the one model of the shorthand (not allowed with --config).
 MODEL_FLAGS = ("dialect", "model", "upstream", "upstream_api", "tokenizer")
 LOG_LEVELS = ("debug", "info", "warning", "error")
+#: The routes every server answers, and the gateway's (with an upstream), as ``--help`` and
+#: the start banner list them (a test checks them against the app's own routes).
+LOCAL_ROUTES = (
+    "GET|HEAD /health",
+    "GET|HEAD /ready",
+    "GET /v1/models",
+    "GET /metrics",
+    "POST /v1/chat/completions/render",
+    "POST /v1/messages/render",
+    "POST /v1/responses/render",
+    "POST /tokenize",
+    "POST /detokenize",
+    "POST /v1/messages/count_tokens",
+    "POST /v1/parse",
+    "GET /ui",
+    "GET /ui/inspector.js",
+    "GET /ui/inspector.css",
+)
+GATEWAY_ROUTES = ("POST /v1/chat/completions", "POST /v1/messages", "POST /v1/responses")
 
 
 def _port(text: str) -> int:
@@ -55,24 +83,26 @@ def _positive(kind: type[int] | type[float]) -> Any:
     return convert
 
 
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "serve",
-        help="serve render/tokenize/parse endpoints and, with --upstream, a DSML gateway",
-        description=(
-            "Serve the render, tokenize and parse endpoints. With --upstream (or --config "
-            "FILE for several models), also serve POST /v1/chat/completions and POST "
-            "/v1/messages through an engine's /v1/completions (--upstream-api completions) "
-            "or a hosted chat endpoint whose leaked DSML is repaired (--upstream-api chat). "
-            "Every flag can also be set as DSMLKIT_<FLAG> (e.g. DSMLKIT_PORT, "
-            "DSMLKIT_UPSTREAM). See docs/server.md."
-        ),
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        f"Serve the render, tokenize and parse endpoints ({', '.join(LOCAL_ROUTES)}). "
+        f"With --upstream (or --config FILE for several models), also serve the gateway "
+        f"({', '.join(GATEWAY_ROUTES)}) through an engine's /v1/completions "
+        "(--upstream-api completions) or a hosted chat endpoint whose leaked DSML is repaired "
+        "(--upstream-api chat). Every flag can also be set as DSMLKIT_<FLAG> (e.g. "
+        "DSMLKIT_PORT, DSMLKIT_UPSTREAM). The documentation is docs/server.md in dsmlkit's "
+        "source repository (the installed package carries no docs)."
     )
     add = parser.add_argument
     add("--host", default="127.0.0.1", help="address to bind (default: loopback)")
     add("--port", type=_port, default=8000, help="port, 1-65535 (default: 8000)")
     add("--config", metavar="FILE", help="TOML file with one [[models]] table per model")
-    add("--dialect", choices=list(DIALECTS), help="DSML dialect (default: v4.1)")
+    add(
+        "--dialect",
+        type=dialect_name,
+        metavar=DIALECT_METAVAR,
+        help=f"{DIALECT_HELP} (default: v4.1)",
+    )
     add(
         "--model",
         metavar="NAME",
@@ -89,7 +119,7 @@ def register(subparsers: Any) -> None:
         "--tokenizer",
         metavar="PATH",
         help="tokenizer.json or model folder (default: the bundled V4 tokenizer if "
-        "dsmlkit[tokenizer] is installed; 'none' sends text prompts)",
+        "the tokenizer extra is installed; 'none' sends text prompts)",
     )
     add(
         "--api-key",
@@ -186,9 +216,8 @@ def run(args: argparse.Namespace) -> int:
         from dsmlkit.server.config import ConfigError, load_config_file
         from dsmlkit.server.runtime import configure_logging, serve
     except ImportError as exc:
-        return fail(
-            "serve", f"needs the server extra ({exc.name} is missing): {INSTALL_HINT}", EXIT_START
-        )
+        missing = f"needs the server extra ({exc.name} is missing)"
+        return fail("serve", f"{missing}: {install_hint('server')}", EXIT_START)
     settings: dict[str, Any] = {}
     if args.config is not None:
         given = [f"--{flag.replace('_', '-')}" for flag in MODEL_FLAGS if getattr(args, flag)]
@@ -293,10 +322,7 @@ def _banner(host: str, port: int, state: ServerState, problems: list[str]) -> st
     shown_host = f"[{host}]" if ":" in host else host
     lines = [
         f"dsmlkit serve: listening on http://{shown_host}:{port}",
-        "  always on: GET|HEAD /health, GET|HEAD /ready, GET /v1/models, GET /metrics, "
-        "POST /v1/chat/completions/render, POST /v1/messages/render, "
-        "POST /v1/responses/render, POST /tokenize, "
-        "POST /detokenize, POST /v1/messages/count_tokens, POST /v1/parse",
+        f"  always on: {', '.join(LOCAL_ROUTES)}",
         f"  inspector: http://{shown_host}:{port}/ui",
     ]
     for model in state.models:
@@ -309,8 +335,7 @@ def _banner(host: str, port: int, state: ServerState, problems: list[str]) -> st
             engine = model.engine_model or "(the client's model)"
             length = model.max_model_len or "unknown"
             lines.append(
-                "    gateway: POST /v1/chat/completions, POST /v1/messages, POST /v1/responses "
-                f"-> {endpoint} "
+                f"    gateway: {', '.join(GATEWAY_ROUTES)} -> {endpoint} "
                 f"({model.config.upstream_api}, model {engine}, max_model_len {length})"
             )
         lines.append(f"    prompts: {model.plan.summary}")

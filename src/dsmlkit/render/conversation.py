@@ -4,8 +4,8 @@ A :class:`Conversation` holds checked :class:`Message` values, the request's too
 response format and the notes taken while reading. Every rule about a conversation lives
 here once, whichever API it came from:
 
-* :func:`read_messages` reads the canonical form (``shared/spec/api.md`` §0.4: OpenAI chat
-  messages with ``reasoning_content`` (alias ``reasoning``), tool ``is_error``,
+* :func:`read_messages` reads the canonical form (``docs/rendering.md``, The conversation:
+  OpenAI chat messages with ``reasoning_content`` (alias ``reasoning``), tool ``is_error``,
   ``tool_reference`` parts, ``defer_loading`` tools, ``latest_reminder`` and the reference
   encoders' message-level ``tools`` / ``response_format`` / ``task`` / ``mask`` /
   ``wo_eos``); OpenAI Chat Completions bodies are that form, except that their developer

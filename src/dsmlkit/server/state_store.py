@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import anyio.to_thread
 
-from dsmlkit.errors import CallerError
+from dsmlkit.errors import CallerError, install_hint
 
 #: How long an entry lives unless the caller says otherwise (seconds).
 DEFAULT_TTL = 24 * 3600.0
@@ -239,7 +239,7 @@ class RedisStore:
             import redis.asyncio as aioredis
         except ImportError as exc:
             raise CallerError(
-                "--state redis://… needs the redis package: pip install 'dsmlkit[server]'"
+                f"--state redis://… needs the redis package: {install_hint('server')}"
             ) from exc
         from redis.exceptions import RedisError
 
