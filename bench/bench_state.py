@@ -29,7 +29,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner  # noqa: E402
+from dsmlkit.parse import ReasoningDelta, ToolCallEnd  # noqa: E402
+from dsmlkit.server.reasoning_store import (  # noqa: E402
+    AnswerTracker,
+    ReasoningMemory,
+    ThinkingSigner,
+)
 from dsmlkit.server.state_store import StateStore, open_store  # noqa: E402
 
 REASONING = "I should look at the file before editing it. " * 20  # ~900 characters
@@ -45,6 +50,13 @@ def history(turns: int, keep_reasoning: bool) -> dict[str, Any]:
             assistant["reasoning_content"] = REASONING
         messages += [assistant, {"role": "tool", "tool_call_id": call_id, "content": "ok"}]
     return {"model": "m", "messages": messages}
+
+
+def answer(call_id: str) -> AnswerTracker:
+    """The answer that issued ``call_id``: the reasoning, then ``read({})``."""
+    tracker = AnswerTracker()
+    tracker.add([ReasoningDelta(REASONING), ToolCallEnd(0, call_id, "read", {}, "{}")])
+    return tracker
 
 
 async def timed(rounds: int, work: Callable[[], Awaitable[Any]]) -> list[float]:
@@ -67,11 +79,11 @@ async def bench_store(store: StateStore, turns: int, rounds: int) -> list[str]:
     memory = ReasoningMemory(store, ThinkingSigner("bench"))
     ids = [f"call_{turn:024d}" for turn in range(turns)]
     for call_id in ids:
-        await memory.remember([call_id], REASONING)
+        await memory.remember(answer(call_id))
     dropped = history(turns, keep_reasoning=False)
-    restored, count, error = await memory.restore("openai", dropped)
-    assert (count, error) == (turns, None), (count, error)
-    assert restored["messages"][1]["reasoning_content"] == REASONING
+    restored = await memory.restore("openai", dropped)
+    assert (restored.reasoning, restored.error) == (turns, None), restored
+    assert restored.body["messages"][1]["reasoning_content"] == REASONING
     kept = history(turns, keep_reasoning=True)
     lines = [
         row(
@@ -84,7 +96,7 @@ async def bench_store(store: StateStore, turns: int, rounds: int) -> list[str]:
         ),
         row(
             "remember one answer (1 call)",
-            await timed(rounds, lambda: memory.remember(ids[:1], REASONING)),
+            await timed(rounds, lambda: memory.remember(answer(ids[0]))),
         ),
     ]
     await store.aclose()
