@@ -125,8 +125,11 @@ def _reconcile_openai(
         if model is None or not isinstance(function, dict):
             calls.append(call)
             continue
-        sent = _json_object(function.get("arguments"))
-        if _unchanged(model, function.get("name"), sent, changed):
+        arguments = function.get("arguments")
+        if arguments == model.arguments and function.get("name") == model.name:
+            calls.append(call)  # sent back exactly
+            continue
+        if _unchanged(model, function.get("name"), _json_object(arguments), changed):
             call = {**call, "function": {**function, "arguments": model.arguments}}
         calls.append(call)
     result["tool_calls"] = calls
