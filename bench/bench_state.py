@@ -4,7 +4,8 @@ For an agent-loop history of N assistant tool-call turns that all dropped their 
 it times :meth:`ReasoningMemory.restore` (one batched lookup, the body rebuilt) and
 :meth:`ReasoningMemory.remember` (one batched write), against the memory store, a SQLite
 file and a real Redis (a private ``redis-server`` on a free loopback port, when it is on
-PATH). The baseline is the same history with its reasoning kept (no lookup at all).
+PATH). The baseline is the same history with its reasoning kept (its calls are still looked
+up, for the model's own words).
 A fixed number of rounds runs; the script stops by itself and prints its figures:
 
     python bench/bench_state.py                 # 50 turns, 300 rounds
