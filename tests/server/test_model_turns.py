@@ -38,7 +38,7 @@ WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}}
 
 
 def tools(api: str, name: str, schema: dict[str, Any]) -> list[dict[str, Any]]:
-    if api == "openai":
+    if api != "anthropic":  # (sdk.ask makes Responses tools of these)
         return [{"type": "function", "function": {"name": name, "parameters": schema}}]
     return [{"name": name, "input_schema": schema}]
 
@@ -53,9 +53,18 @@ def echoed(
     api: str, answer: Answer, arguments: dict[str, Any], result: str = "ok"
 ) -> list[dict[str, Any]]:
     """The assistant turn and its result as the client sends them back: reasoning dropped,
-    whitespace in the text collapsed, ``arguments`` for the call (compact JSON)."""
+    whitespace in the text collapsed (Responses: as it came), ``arguments`` for the call
+    (compact JSON)."""
     call_id, name, _ = answer.calls[0]
     text = " ".join(answer.content.split())
+    if api == "responses":
+        compact = json.dumps(arguments, separators=(",", ":"))
+        said = [{"type": "output_text", "text": answer.content}]
+        return [
+            {"type": "message", "role": "assistant", "content": said},
+            {"type": "function_call", "call_id": call_id, "name": name, "arguments": compact},
+            {"type": "function_call_output", "call_id": call_id, "output": result},
+        ]
     if api == "openai":
         function = {"name": name, "arguments": json.dumps(arguments, separators=(",", ":"))}
         call = {"id": call_id, "type": "function", "function": function}
@@ -86,7 +95,11 @@ def access_lines(caplog: pytest.LogCaptureFixture, count: int) -> list[dict[str,
         time.sleep(0.01)
 
 
-@pytest.mark.parametrize(("api", "stream"), APIS, ids=API_IDS)
+@pytest.mark.parametrize(
+    ("api", "stream"),
+    [*APIS, ("responses", False), ("responses", True)],
+    ids=[*API_IDS, "responses", "responses-stream"],
+)
 def test_each_prompt_extends_the_previous_prompt_and_the_models_output(
     text_gateway: Gateway, api: str, stream: bool
 ) -> None:
@@ -112,7 +125,7 @@ def test_each_prompt_extends_the_previous_prompt_and_the_models_output(
     assert '"replace_all"' not in prompts[-1][len(prompts[0]) :]
 
 
-@pytest.mark.parametrize("api", ["openai", "anthropic"])
+@pytest.mark.parametrize("api", ["openai", "anthropic", "responses"])
 @pytest.mark.parametrize("change", ["value", "dropped"])
 def test_a_call_the_client_really_changed_is_rendered_as_sent_and_noted(
     text_gateway: Gateway, api: str, change: str, caplog: pytest.LogCaptureFixture
@@ -233,3 +246,21 @@ def test_without_restoring_the_hosted_400_reaches_the_client(chat_gateway: Gatew
             model="m", messages=history, timeout=CLIENT_TIMEOUT
         )
     assert HOSTED_REASONING_RULE in str(caught.value)
+
+
+def test_text_the_client_rewrote_is_used_as_sent_and_noted(
+    text_gateway: Gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    text_gateway.engine.push(Reply(text=edit_output(1)), Reply(text="Done.</think>Fixed."))
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix f1.py."}]
+    edit = tools("openai", "Edit", EDIT)
+    answer = ask(text_gateway, "openai", False, thinking=True, tools=edit, messages=messages)
+    history = echoed("openai", answer, answer.calls[0][2])
+    history[0]["content"] = "I was asked to edit f1.py."
+    with caplog.at_level("INFO", logger="dsmlkit.server.access"):
+        ask(text_gateway, "openai", False, thinking=True, tools=edit, messages=messages + history)
+        line = access_lines(caplog, 1)[-1]
+    prompt = text_gateway.engine.requests[-1]["prompt"]
+    assert "I was asked to edit f1.py." in prompt and "Editing  f1.py." not in prompt
+    assert edit_output(1).split("f1.py.", 1)[1] in prompt  # the call is still the model's
+    assert line["history_changed"] == {"content": 1}

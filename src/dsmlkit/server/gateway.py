@@ -172,13 +172,13 @@ async def _gateway(request: Request, api: Api) -> Response:
     state = state_of(request)
     record = record_of(request)
     body = await read_json(request)
+    items_restored, state_error = 0, None
     if api == "responses":
-        body, record.reasoning_restored, state_error = await with_history(state.reasoning, body)
-    else:
-        restored = await state.reasoning.restore(api, body)
-        body, state_error = restored.body, restored.error
-        record.reasoning_restored, record.history_changed = restored.reasoning, restored.changed
-    record.state_error = state_error
+        body, items_restored, state_error = await with_history(state.reasoning, body)
+    restored = await state.reasoning.restore(api, body)
+    body, record.history_changed = restored.body, restored.changed
+    record.reasoning_restored = items_restored + restored.reasoning
+    record.state_error = state_error or restored.error
     model = model_of(state, body)
     endpoint = state.endpoint(model)
     key = _upstream_key(state, request)

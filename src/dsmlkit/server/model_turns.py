@@ -5,7 +5,10 @@ fills in (``"replace_all": false`` in ``Edit``), others reorder keys, re-seriali
 JSON or trim the text. Rendered as sent, such a turn is no longer what the model wrote, the
 prompt stops being the previous prompt plus the model's output, and the engine's prefix
 cache misses from that turn on. The gateway therefore keeps, for every call it issued, what
-the model wrote in that answer (:class:`ModelCall`), and :func:`reconcile` puts it back:
+the model wrote in that answer (:class:`ModelCall`), and :func:`reconcile` puts it back
+into Chat and Messages turns (:func:`reconcile_function` into a Responses
+``function_call`` item, whose turn's text is left as sent; a ``previous_response_id``
+history is the stored output itself):
 
 * a call whose name and every argument the model wrote are unchanged (the client may have
   added arguments of its own or reordered them) gets the model's arguments JSON, exactly;
@@ -125,13 +128,7 @@ def _reconcile_openai(
         if model is None or not isinstance(function, dict):
             calls.append(call)
             continue
-        arguments = function.get("arguments")
-        if arguments == model.arguments and function.get("name") == model.name:
-            calls.append(call)  # sent back exactly
-            continue
-        if _unchanged(model, function.get("name"), _json_object(arguments), changed):
-            call = {**call, "function": {**function, "arguments": model.arguments}}
-        calls.append(call)
+        calls.append({**call, "function": reconcile_function(function, model, changed)})
     result["tool_calls"] = calls
     content = message.get("content")
     if content is None or isinstance(content, str):
@@ -141,6 +138,19 @@ def _reconcile_openai(
         if isinstance(message.get(key), str):
             result[key] = _text(message[key], first.reasoning, "reasoning", changed)
     return result
+
+
+def reconcile_function(
+    function: dict[str, Any], model: ModelCall, changed: Counter[str]
+) -> dict[str, Any]:
+    """A call of the shape ``{"name", "arguments": JSON text, …}`` (an OpenAI ``function``,
+    a Responses ``function_call`` item) with the model's arguments if it is the model's."""
+    arguments, name = function.get("arguments"), function.get("name")
+    if arguments == model.arguments and name == model.name:
+        return function  # sent back exactly
+    if _unchanged(model, name, _json_object(arguments), changed):
+        return {**function, "arguments": model.arguments}
+    return function
 
 
 def _reconcile_anthropic(

@@ -38,7 +38,13 @@ from typing import Any
 
 from dsmlkit.api.common import Api
 from dsmlkit.parse import ContentDelta, Event, ReasoningDelta, ToolCallEnd
-from dsmlkit.server.model_turns import Conversation, ModelCall, key_of, reconcile
+from dsmlkit.server.model_turns import (
+    Conversation,
+    ModelCall,
+    key_of,
+    reconcile,
+    reconcile_function,
+)
 from dsmlkit.server.state_store import DEFAULT_TTL, StateStore, StateStoreUnavailable
 
 LOGGER = logging.getLogger("dsmlkit.server")
@@ -163,8 +169,12 @@ class ReasoningMemory:
         """The body with dropped reasoning put back and the model's words restored.
 
         The body is not validated here (the API reader does that next); anything of an
-        unexpected shape is left as it is. The caller's body is never modified.
+        unexpected shape is left as it is. The caller's body is never modified. A
+        Responses body (its reasoning restored by :func:`.response_store.with_history`)
+        gets the model's arguments in its ``function_call`` items.
         """
+        if api == "responses":
+            return await self._restore_items(body)
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(messages, list):
             return Restored(body)
@@ -190,6 +200,27 @@ class ReasoningMemory:
                 result.reasoning += 1
             restored[turn.index] = reconcile(api, message, calls, result.changed)
         result.body = {**body, "messages": restored}
+        return result
+
+    async def _restore_items(self, body: Any) -> Restored:
+        items = body.get("input") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            return Restored(body)
+        keys = {
+            index: key
+            for index, item in enumerate(items)
+            if isinstance(item, dict)
+            and item.get("type") == "function_call"
+            and isinstance(item.get("call_id"), str)
+            and (key := key_of(item["call_id"])) is not None
+        }
+        found, error = await self._calls(keys)
+        result = Restored(body, error=error)
+        if found:
+            restored = list(items)
+            for index, call in found.items():
+                restored[index] = reconcile_function(items[index], call, result.changed)
+            result.body = {**body, "input": restored}
         return result
 
     async def _calls(self, keys: dict[Any, str]) -> tuple[dict[Any, ModelCall], str | None]:
