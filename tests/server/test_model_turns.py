@@ -264,3 +264,25 @@ def test_text_the_client_rewrote_is_used_as_sent_and_noted(
     assert "I was asked to edit f1.py." in prompt and "Editing  f1.py." not in prompt
     assert edit_output(1).split("f1.py.", 1)[1] in prompt  # the call is still the model's
     assert line["history_changed"] == {"content": 1}
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_one_conversation_numbering_every_answer_call_0_gets_each_reasoning(
+    chat_gateway: Gateway, api: str
+) -> None:
+    """The endpoint numbers each answer's calls from 0; the client drops the reasoning and
+    (Anthropic) moves its cache marker to the last message, as Claude Code does."""
+    history = weather_turn(chat_gateway, api, False, "Paris")
+    call = {"id": "call_0", "name": "get_weather", "arguments": '{"city": "Rome"}'}
+    chat_gateway.engine.push(Reply(reasoning="Now Rome: call.", tool_calls=(call,)))
+    weather = tools(api, "get_weather", WEATHER)
+    marked = history[-1]["content"][-1] if api == "anthropic" else {}
+    marked["cache_control"] = {"type": "ephemeral"}
+    answer = ask(chat_gateway, api, False, thinking=True, tools=weather, messages=history)
+    del marked["cache_control"]
+    history += echoed(api, answer, {"city": "Rome"}, result="rainy")
+    chat_gateway.engine.push(Reply(content="Sunny, then rainy."))
+    ask(chat_gateway, api, False, thinking=True, tools=weather, messages=history)
+    sent = chat_gateway.engine.requests[-1]["messages"]
+    reasoning = [m["reasoning_content"] for m in sent if m["role"] == "assistant"]
+    assert reasoning == ["Weather in Paris: call.", "Now Rome: call."]
