@@ -131,7 +131,8 @@ class AnswerTracker:
 
 
 class ReasoningMemory:
-    """Reasoning by call id in a :class:`StateStore`; see the module docstring for the rules."""
+    """What the model wrote, reasoning included, by call id in a :class:`StateStore`; see the
+    module docstring (and :mod:`.model_turns`) for the rules."""
 
     def __init__(self, store: StateStore, signer: ThinkingSigner, ttl: float = DEFAULT_TTL) -> None:
         self.store = store
@@ -203,6 +204,7 @@ class ReasoningMemory:
         return result
 
     async def _restore_items(self, body: Any) -> Restored:
+        """A Responses body with the model's arguments in the ``function_call`` items."""
         items = body.get("input") if isinstance(body, dict) else None
         if not isinstance(items, list):
             return Restored(body)
