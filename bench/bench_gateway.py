@@ -20,7 +20,12 @@ Phases, each a fixed amount of work (the script stops by itself and prints its f
   spread of their times to the first chunk (what one waits for another's setup), beside
   the same spread straight to the engine;
 * hold: ``--hold`` concurrent streams (one chunk every 0.5 s, ten chunks) through a gateway
-  started with ``--workers 2``; how many completed, how many were lost.
+  started with ``--workers 2``; how many completed, how many were lost;
+* agent: ``--agents`` conversations of ``--agent-turns`` tool-call turns each, one after
+  another, by a client that sends every call back as Claude Code does (``replace_all:
+  false`` added, keys in another order, compact JSON) and drops OpenAI reasoning; the
+  prefix reuse of each prompt: how much of the previous prompt plus the model's output it
+  starts with, exactly (what an engine's prefix cache can reuse), in characters.
 
     python bench/bench_gateway.py                 # OpenAI API
     python bench/bench_gateway.py --api anthropic
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import re
@@ -56,7 +62,7 @@ from dsmlkit.dialects import V4_1  # noqa: E402
 
 TAG = re.compile(r"~(\d{4})")
 #: Every request's user turn names its kind and number; the engine picks its reply by it.
-MARK = re.compile(r"(Stream|Small|Held) request (\d+):")
+MARK = re.compile(r"(Stream|Small|Held|Agent) request (\d+):")
 #: The sampling profiler for ``--profile`` (``pip install py-spy``, into any venv).
 PY_SPY = os.environ.get("PY_SPY", "py-spy")
 #: The scratch venv ``--peers`` installs LiteLLM into (gitignored; never a dependency).
@@ -92,6 +98,38 @@ def reply_pieces(reasoning: int, content: int, argument: int) -> tuple[str, ...]
 
 SMALL_PIECES = ("Hi", " ~0000 there", ", how", " can I", " help?")
 HELD_PIECES = tuple(f"held ~{n:04d} " for n in range(HOLD_CHUNKS))
+#: The agent phase's tool: Claude Code's Edit, whose replace_all the client fills in.
+EDIT_TOOL = {
+    "name": "Edit",
+    "description": "Replace text in a file.",
+    "schema": {
+        "type": "object",
+        "properties": {
+            "file_path": {"type": "string"},
+            "old_string": {"type": "string"},
+            "new_string": {"type": "string"},
+            "replace_all": {"type": "boolean", "default": False},
+        },
+        "required": ["file_path", "old_string", "new_string"],
+    },
+}
+#: What the client answers for each call; the engine counts them to number its steps.
+EDITED = "The file was edited: "
+
+
+def agent_output(step: int) -> str:
+    """A thinking-mode V4.1 answer of step ``step``: reasoning, a sentence, one Edit call."""
+    parameters = [("file_path", f"src/mod{step}.py"), ("old_string", "x = 1")]
+    parameters.append(("new_string", f"x = {step + 2}"))
+    written = "".join(
+        V4_1.parameter_open(name, True) + value + V4_1.parameter_close() + "\n"
+        for name, value in parameters
+    )
+    return (
+        f"Step {step}: mod{step}.py still sets x to 1; I edit it.</think>"
+        f"I will edit src/mod{step}.py.\n\n{V4_1.block_open()}\n"
+        f"{V4_1.invoke_open('Edit')}\n{written}{V4_1.invoke_close()}\n{V4_1.block_close()}"
+    )
 
 
 # --- the engine subprocess ----------------------------------------------------------------
@@ -110,19 +148,34 @@ def serve_engine(port: int, timings_path: str, interval: float, sizes: list[int]
         "Held": Reply(pieces=HELD_PIECES, interval=HOLD_INTERVAL),
     }
     sent: list[tuple[str, int, float]] = []
+    #: id(request) -> [agent request key, prompt text, the output text sent]
+    agent: dict[int, list[str]] = {}
+
+    def prompt_text(request: dict[str, Any]) -> str:
+        prompt = request.get("prompt")
+        if isinstance(prompt, list):
+            return engine.tokenizer.decode(prompt, skip_special_tokens=False)
+        return json.dumps(request.get("messages")) if prompt is None else str(prompt)
 
     def key_of(request: dict[str, Any]) -> tuple[str, str]:
-        found = MARK.search(json.dumps(request.get("prompt") or request.get("messages")))
+        found = MARK.search(prompt_text(request))
         return (found[1], f"{found[1]} {found[2]}") if found else ("Stream", "?")
 
     class BenchEngine(FakeEngine):
         def next_reply(self, request: dict[str, Any]) -> Reply:
-            return replies[key_of(request)[0]]
+            kind, key = key_of(request)
+            if kind != "Agent":
+                return replies[kind]
+            prompt = prompt_text(request)
+            agent[id(request)] = [key, prompt, ""]
+            return Reply(text=agent_output(prompt.count(EDITED)))
 
     def on_chunk(request: dict[str, Any], chunk: dict[str, Any]) -> None:
         now = time.monotonic()
         for choice in chunk["choices"]:
             text = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+            if id(request) in agent:
+                agent[id(request)][2] += text
             sent.extend((key_of(request)[1], int(tag), now) for tag in TAG.findall(text))
 
     engine = BenchEngine()
@@ -139,7 +192,7 @@ def serve_engine(port: int, timings_path: str, interval: float, sizes: list[int]
     signal.sigwait({signal.SIGTERM})
     server.should_exit = True
     thread.join()
-    Path(timings_path).write_text(json.dumps(sent))
+    Path(timings_path).write_text(json.dumps({"sent": sent, "agent": list(agent.values())}))
 
 
 # --- the client side ----------------------------------------------------------------------
@@ -378,6 +431,8 @@ def main() -> None:
     parser.add_argument("--small", type=int, default=100, help="small requests, one at a time")
     parser.add_argument("--together", type=int, default=16, help="small requests sent at once")
     parser.add_argument("--hold", type=int, default=512, help="streams held (0: skip)")
+    parser.add_argument("--agents", type=int, default=4, help="agent conversations (0: skip)")
+    parser.add_argument("--agent-turns", type=int, default=6, help="tool-call turns of each")
     parser.add_argument("--peers", action="store_true", help="also the LiteLLM proxy")
     parser.add_argument(
         "--profile",
@@ -459,6 +514,8 @@ async def benchmark(args: argparse.Namespace) -> None:
                 targets.append(Target("LiteLLM proxy", processes[2].pid, through(urls["litellm"])))
             for target in targets:
                 await measure(client, target, args, numbers, render, engine.pid)
+            if args.agents:
+                await agent_conversations(client, args, numbers, urls["gateway"] + route)
             hold = None
             if args.hold:
                 hold = await hold_streams(client, args, numbers, urls, ports)
@@ -468,7 +525,10 @@ async def benchmark(args: argparse.Namespace) -> None:
         engine.send_signal(signal.SIGTERM)
         for process in processes:
             process.wait(timeout=60)
-    report(args, targets, hold, json.loads(timings.read_text()))
+    engine_notes = json.loads(timings.read_text())
+    report(args, targets, hold, engine_notes["sent"])
+    if args.agents:
+        report_agents(args, engine_notes["agent"])
 
 
 async def measure(
@@ -512,6 +572,109 @@ async def measure(
         target.figures.setdefault("together_lost", []).extend(together.lost)
     target.figures["spread"] = statistics.median(spreads)
     target.figures["together_first"] = together.first_chunk
+
+
+def agent_body(api: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """A thinking-mode request of an agent conversation, with the Edit tool."""
+    name, description, schema = EDIT_TOOL["name"], EDIT_TOOL["description"], EDIT_TOOL["schema"]
+    if api == "openai":
+        function = {"name": name, "description": description, "parameters": schema}
+        return {
+            "model": "m",
+            "messages": messages,
+            "tools": [{"type": "function", "function": function}],
+        }
+    return {
+        "model": "m",
+        "max_tokens": 4096,
+        "messages": messages,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "tools": [{"name": name, "description": description, "input_schema": schema}],
+    }
+
+
+def as_claude_code_sends(arguments: dict[str, Any]) -> dict[str, Any]:
+    """Arguments as the client sends them back: its default added, the keys reversed."""
+    return {"replace_all": False, **dict(reversed(arguments.items()))}
+
+
+def echoed_turn(api: str, answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """The answer's assistant turn and the call's result, as the agent client sends them."""
+    if api == "openai":
+        message = answer["choices"][0]["message"]
+        call = message["tool_calls"][0]
+        arguments = as_claude_code_sends(json.loads(call["function"]["arguments"]))
+        function = {
+            "name": call["function"]["name"],
+            "arguments": json.dumps(arguments, separators=(",", ":")),
+        }
+        assistant = {
+            "role": "assistant",  # the reasoning dropped, as many OpenAI clients do
+            "content": message["content"],
+            "tool_calls": [{"id": call["id"], "type": "function", "function": function}],
+        }
+        result = {
+            "role": "tool",
+            "tool_call_id": call["id"],
+            "content": EDITED + arguments["file_path"],
+        }
+        return [assistant, result]
+    blocks = [
+        {**block, "input": as_claude_code_sends(block["input"])}
+        if block["type"] == "tool_use"
+        else block
+        for block in answer["content"]
+    ]
+    use = next(block for block in blocks if block["type"] == "tool_use")
+    answered = {
+        "type": "tool_result",
+        "tool_use_id": use["id"],
+        "content": EDITED + use["input"]["file_path"],
+    }
+    return [{"role": "assistant", "content": blocks}, {"role": "user", "content": [answered]}]
+
+
+async def agent_conversations(
+    client: httpx.AsyncClient, args: argparse.Namespace, numbers: Numbers, url: str
+) -> None:
+    """``--agents`` conversations of ``--agent-turns`` answers each, one after another."""
+    for number in numbers.take(args.agents):
+        messages = [{"role": "user", "content": f"Agent request {number}: fix the modules."}]
+        for _ in range(args.agent_turns):
+            response = await client.post(url, json=agent_body(args.api, messages))
+            response.raise_for_status()
+            messages += echoed_turn(args.api, response.json())
+
+
+def report_agents(args: argparse.Namespace, seen: list[list[str]]) -> None:
+    """Prefix reuse of each agent prompt after the first of its conversation: the share of
+    the previous prompt plus the model's output that it starts with, exactly."""
+    by_conversation: dict[str, list[tuple[str, str]]] = {}
+    for key, prompt, output in seen:
+        by_conversation.setdefault(key, []).append((prompt, output))
+    turns: list[list[float]] = [[] for _ in range(args.agent_turns - 1)]
+    reread = []
+    for prompts in by_conversation.values():
+        for turn, ((before, output), (prompt, _)) in enumerate(itertools.pairwise(prompts)):
+            extended = before + output
+            kept = next(
+                (at for at, (a, b) in enumerate(zip(prompt, extended, strict=False)) if a != b),
+                min(len(prompt), len(extended)),
+            )
+            turns[turn].append(kept / len(extended))
+            reread.append(len(extended) - kept)
+    shares = [share for turn in turns for share in turn]
+    print(
+        f"  agent: {len(by_conversation)} conversations of {args.agent_turns} tool-call turns "
+        f"({args.api} API; the client adds replace_all: false, reverses the keys, compacts "
+        "the JSON, drops OpenAI reasoning)"
+    )
+    print(
+        "    prefix reuse (prompt = previous prompt + model output), per turn: "
+        + " ".join(f"{statistics.mean(turn) * 100:.2f}%" for turn in turns if turn)
+        + f"; {sum(share == 1 for share in shares)}/{len(shares)} turns at 100%, "
+        f"{statistics.mean(reread):.0f} characters of it re-read per turn"
+    )
 
 
 async def hold_streams(

@@ -4,7 +4,8 @@ For an agent-loop history of N assistant tool-call turns that all dropped their 
 it times :meth:`ReasoningMemory.restore` (one batched lookup, the body rebuilt) and
 :meth:`ReasoningMemory.remember` (one batched write), against the memory store, a SQLite
 file and a real Redis (a private ``redis-server`` on a free loopback port, when it is on
-PATH). The baseline is the same history with its reasoning kept (no lookup at all).
+PATH). The baseline is the same history with its reasoning kept (its calls are still looked
+up, for the model's own words).
 A fixed number of rounds runs; the script stops by itself and prints its figures:
 
     python bench/bench_state.py                 # 50 turns, 300 rounds
@@ -29,7 +30,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner  # noqa: E402
+from dsmlkit.parse import ReasoningDelta, ToolCallEnd  # noqa: E402
+from dsmlkit.server.reasoning_store import (  # noqa: E402
+    AnswerTracker,
+    ReasoningMemory,
+    ThinkingSigner,
+)
 from dsmlkit.server.state_store import StateStore, open_store  # noqa: E402
 
 REASONING = "I should look at the file before editing it. " * 20  # ~900 characters
@@ -45,6 +51,13 @@ def history(turns: int, keep_reasoning: bool) -> dict[str, Any]:
             assistant["reasoning_content"] = REASONING
         messages += [assistant, {"role": "tool", "tool_call_id": call_id, "content": "ok"}]
     return {"model": "m", "messages": messages}
+
+
+def answer(call_id: str) -> AnswerTracker:
+    """The answer that issued ``call_id``: the reasoning, then ``read({})``."""
+    tracker = AnswerTracker()
+    tracker.add([ReasoningDelta(REASONING), ToolCallEnd(0, call_id, "read", {}, "{}")])
+    return tracker
 
 
 async def timed(rounds: int, work: Callable[[], Awaitable[Any]]) -> list[float]:
@@ -67,11 +80,11 @@ async def bench_store(store: StateStore, turns: int, rounds: int) -> list[str]:
     memory = ReasoningMemory(store, ThinkingSigner())
     ids = [f"call_{turn:024d}" for turn in range(turns)]
     for call_id in ids:
-        await memory.remember([call_id], REASONING)
+        await memory.remember(answer(call_id))
     dropped = history(turns, keep_reasoning=False)
-    restored, count, error = await memory.restore("openai", dropped)
-    assert (count, error) == (turns, None), (count, error)
-    assert restored["messages"][1]["reasoning_content"] == REASONING
+    restored = await memory.restore("openai", dropped)
+    assert (restored.reasoning, restored.error) == (turns, None), restored
+    assert restored.body["messages"][1]["reasoning_content"] == REASONING
     kept = history(turns, keep_reasoning=True)
     lines = [
         row(
@@ -84,7 +97,7 @@ async def bench_store(store: StateStore, turns: int, rounds: int) -> list[str]:
         ),
         row(
             "remember one answer (1 call)",
-            await timed(rounds, lambda: memory.remember(ids[:1], REASONING)),
+            await timed(rounds, lambda: memory.remember(answer(ids[0]))),
         ),
     ]
     await store.aclose()

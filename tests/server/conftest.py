@@ -129,6 +129,12 @@ def chat_gateway(start_gateway: Callable[..., str], engine: FakeEngine) -> Gatew
     return Gateway(start_gateway(upstream_api="chat"), engine)
 
 
+@pytest.fixture
+def text_gateway(start_gateway: Callable[..., str], engine: FakeEngine) -> Gateway:
+    """A completions-mode gateway that sends text prompts (so tests can read them)."""
+    return Gateway(start_gateway(upstream_api="completions", tokenizer="none"), engine)
+
+
 @pytest.fixture(scope="session")
 def local_client(v41_tokenizer: str) -> Iterator[TestClient]:
     """The render-only server with a V4.1 tokenizer, in-process."""

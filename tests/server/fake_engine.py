@@ -13,7 +13,10 @@ It behaves like vLLM 0.33 where the gateway depends on it:
   or at a stop string (``stop_reason`` names it); with ``stream_options.include_usage``
   a last chunk with ``choices: []`` carries the usage;
 * a leaky ``POST /v1/chat/completions`` (DSML left in ``content`` / ``reasoning_content``,
-  like some hosted endpoints), always as SSE, with the same model check.
+  like some hosted endpoints), always as SSE, with the same model check and the hosted
+  DeepSeek API's rule: in thinking mode (unless ``thinking.type`` is ``disabled`` or
+  ``chat_template_kwargs.thinking`` false) an assistant turn with ``tool_calls`` and no
+  ``reasoning_content`` is a 400 (:func:`missing_reasoning`).
 
 Each completion takes the next scripted :class:`Reply` (or ``default``), streams it a few
 tokens per chunk and can fail on demand: an error status, a hang, a dropped connection, a
@@ -204,6 +207,9 @@ class FakeEngine:
             )
             return
         completions = scope["path"] == "/v1/completions"
+        if not completions and missing_reasoning(request) is not None:
+            await _send_error(send, 400, HOSTED_REASONING_RULE, "invalid_request_error")
+            return
         asked = request.get("max_tokens", request.get("max_completion_tokens"))
         if asked is None:
             default = self.max_model_len - len(prompt_ids)
@@ -305,6 +311,31 @@ class FakeEngine:
             start = end
             if end >= len(ids):
                 break
+
+
+#: DeepSeek's answer to a tool-call turn sent back without its reasoning in thinking mode.
+HOSTED_REASONING_RULE = (
+    "The `reasoning_content` in the thinking mode must be passed back to the API."
+)
+
+
+def missing_reasoning(request: dict[str, Any]) -> int | None:
+    """The index of the first assistant message with ``tool_calls`` but no (or empty)
+    ``reasoning_content``, if the chat request is in thinking mode (DeepSeek's default)."""
+    switch = request.get("thinking")
+    kwargs = request.get("chat_template_kwargs")
+    if (isinstance(switch, dict) and switch.get("type") == "disabled") or (
+        isinstance(kwargs, dict) and kwargs.get("thinking") is False
+    ):
+        return None
+    calls_without_reasoning = (
+        index
+        for index, message in enumerate(request.get("messages") or ())
+        if message.get("role") == "assistant"
+        and message.get("tool_calls")
+        and not message.get("reasoning_content")
+    )
+    return next(calls_without_reasoning, None)
 
 
 def _pieces(text: str, size: int) -> Iterator[str]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -39,12 +38,6 @@ ANTHROPIC_TOOLS: list[dict[str, Any]] = [
 ]
 APIS = [("openai", False), ("openai", True), ("anthropic", False), ("anthropic", True)]
 API_IDS = ["openai", "openai-stream", "anthropic", "anthropic-stream"]
-
-
-@pytest.fixture
-def text_gateway(start_gateway: Callable[..., str], engine: FakeEngine) -> Gateway:
-    """A completions-mode gateway that sends text prompts (so tests can read them)."""
-    return Gateway(start_gateway(upstream_api="completions", tokenizer="none"), engine)
 
 
 def tools_for(api: str) -> list[dict[str, Any]]:

@@ -10,7 +10,8 @@ from typing import Any
 import anyio
 import pytest
 
-from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
+from dsmlkit.parse import ReasoningDelta, ToolCallEnd
+from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory, ThinkingSigner
 from dsmlkit.server.sealing import KeyRing
 from dsmlkit.server.state_store import (
     MemoryStore,
@@ -155,6 +156,14 @@ def memory() -> ReasoningMemory:
     return ReasoningMemory(MemoryStore(), ThinkingSigner())
 
 
+def answer(call_ids: list[str], reasoning: str) -> AnswerTracker:
+    """An answer with that reasoning and one call ``f({})`` per id."""
+    tracker = AnswerTracker()
+    tracker.add([ReasoningDelta(reasoning)] if reasoning else [])
+    tracker.add(ToolCallEnd(n, i, "f", {}, "{}") for n, i in enumerate(call_ids))
+    return tracker
+
+
 def anthropic_body(thinking: dict[str, Any] | None, call_id: str = TOOLU_1) -> dict[str, Any]:
     blocks = [thinking] if thinking else []
     blocks.append({"type": "tool_use", "id": call_id, "name": "f", "input": {}})
@@ -181,12 +190,12 @@ def test_signatures_bind_the_text_the_model_and_the_key_ring() -> None:
 
 def test_restore_never_changes_the_callers_body() -> None:
     mem = memory()
-    run(mem.remember, [CALL_1], "why")
+    run(mem.remember, answer([CALL_1], "why"))
     call = {"id": CALL_1, "type": "function", "function": {"name": "f", "arguments": "{}"}}
     body = {"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]}
-    restored, count, error = run(mem.restore, "openai", body)
-    assert (count, error) == (1, None)
-    assert restored["messages"][0]["reasoning_content"] == "why"
+    restored = run(mem.restore, "openai", body)
+    assert (restored.reasoning, restored.error) == (1, None)
+    assert restored.body["messages"][0]["reasoning_content"] == "why"
     assert "reasoning_content" not in body["messages"][0]
 
 
@@ -195,24 +204,27 @@ def test_restore_never_changes_the_callers_body() -> None:
     [None, [], {"messages": "x"}, {"messages": [1, {"role": "assistant", "content": 5}]}],
 )
 def test_restore_leaves_bodies_of_any_shape_to_the_reader(body: Any) -> None:
-    assert run(memory().restore, "anthropic", body) == (body, 0, None)
+    restored = run(memory().restore, "anthropic", body)
+    assert (restored.body, restored.reasoning, restored.error) == (body, 0, None)
 
 
 def test_a_signed_anthropic_turn_needs_no_store() -> None:
     mem = memory()
     block = {"type": "thinking", "thinking": "mine", "signature": mem.signer.sign("mine", "m")}
-    assert run(mem.restore, "anthropic", {"model": "m", **anthropic_body(block)})[1] == 0
+    assert run(mem.restore, "anthropic", {"model": "m", **anthropic_body(block)}).reasoning == 0
 
 
 def test_redacted_thinking_is_replaced_by_the_stored_reasoning() -> None:
     mem = memory()
-    run(mem.remember, [TOOLU_1], "stored")
+    run(mem.remember, answer([TOOLU_1], "stored"))
     body = anthropic_body({"type": "redacted_thinking", "data": "opaque"})
-    restored, count, _ = run(mem.restore, "anthropic", body)
-    assert count == 1
-    first = restored["messages"][1]["content"][0]
-    assert first["thinking"] == "stored" and mem.signer.verify("stored", first["signature"], "")
-    assert [b["type"] for b in restored["messages"][1]["content"]] == ["thinking", "tool_use"]
+    restored = run(mem.restore, "anthropic", body)
+    assert restored.reasoning == 1
+    content = restored.body["messages"][1]["content"]
+    assert content[0]["thinking"] == "stored" and mem.signer.verify(
+        "stored", content[0]["signature"], ""
+    )
+    assert [b["type"] for b in content] == ["thinking", "tool_use"]
 
 
 def test_remember_with_a_dead_store_returns_the_error_and_logs_once(
@@ -221,8 +233,8 @@ def test_remember_with_a_dead_store_returns_the_error_and_logs_once(
     mem = ReasoningMemory(RedisStore(f"redis://127.0.0.1:{free_port()}/0"), ThinkingSigner())
 
     async def twice() -> None:
-        assert await mem.remember([CALL_1], "why")
-        assert await mem.remember([CALL_2], "why")
+        assert await mem.remember(answer([CALL_1], "why"))
+        assert await mem.remember(answer([CALL_2], "why"))
 
     with caplog.at_level("WARNING", logger="dsmlkit.server"):
         anyio.run(twice)
@@ -235,10 +247,10 @@ def test_recall_gives_the_reasoning_of_known_call_ids() -> None:
     one, two, three, unknown = (f"call_{n:024d}" for n in range(4))
 
     async def test() -> None:
-        await mem.remember([one, two], "both")
-        await mem.remember([three], "")  # empty reasoning is not stored
+        await mem.remember(answer([one, two], "both"))
+        await mem.remember(answer([three], ""))  # no reasoning to give back
         assert await mem.recall([two, three, unknown]) == ({two: "both"}, None)
-        await mem.remember(["call_0"], "numbered ids repeat across conversations")
-        assert await mem.recall(["call_0"]) == ({}, None)
+        await mem.remember(answer(["call_0"], "numbered ids repeat across conversations"))
+        assert await mem.recall(["call_0"]) == ({}, None)  # without a conversation
 
     anyio.run(test)

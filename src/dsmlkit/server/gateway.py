@@ -62,6 +62,7 @@ from dsmlkit.server.forced import (
     one_call_only,
 )
 from dsmlkit.server.local_routes import read_json
+from dsmlkit.server.model_turns import Conversation
 from dsmlkit.server.prepare import model_of, prepare, prompt_length, restore_history
 from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory
 from dsmlkit.server.reqlog import RequestRecord
@@ -173,8 +174,8 @@ async def _gateway(request: Request, api: Api) -> Response:
     state = state_of(request)
     record = record_of(request)
     restored = await restore_history(state, api, await read_json(request))
-    body = restored.body
-    record.reasoning_restored, record.state_error = restored.count, restored.error
+    body, record.history_changed = restored.body, restored.changed
+    record.reasoning_restored, record.state_error = restored.reasoning, restored.error
     model = model_of(state, body)
     endpoint = state.endpoint(model)
     key = _upstream_key(state, request)
@@ -189,7 +190,7 @@ async def _gateway(request: Request, api: Api) -> Response:
     stream, plan = await _open(upstream, endpoint, key, plan, record)
     calls = _Upstream(upstream, endpoint, key, stream)
     outcome = _Outcome()
-    events = _events(calls, plan, record, outcome, state.reasoning)
+    events = _events(calls, plan, record, outcome, state.reasoning, Conversation(api, body))
     response_id = new_response_id(api)
     created = int(time.time())
     sign_thinking = partial(state.reasoning.signer.sign, model=req.model)
@@ -368,9 +369,11 @@ async def _events(
     record: RequestRecord,
     outcome: _Outcome,
     memory: ReasoningMemory,
+    conversation: Conversation,
 ) -> AsyncGenerator[list[list[Event]], None]:
-    """Parser events for the upstream's streams, ending with the close() events; the
-    answer's reasoning is remembered under its call ids before the last events go out.
+    """Parser events for the upstream's streams, ending with the close() events; what the
+    model wrote is remembered under its call ids (in ``conversation``) before the last
+    events go out.
 
     Yields batches: the event lists (one per upstream choice that made any) of one read of
     the upstream body, so that what arrived together is written together; each list stays
@@ -439,9 +442,7 @@ async def _events(
     record.finish_reason = next(e.finish_reason for e in final if isinstance(e, OutputEnd))
     record.prompt_tokens = outcome.usage.prompt_tokens
     record.completion_tokens = outcome.usage.completion_tokens
-    record.state_error = await memory.remember(answer.call_ids, answer.reasoning) or (
-        record.state_error
-    )
+    record.state_error = await memory.remember(answer, conversation) or record.state_error
     yield [final]
 
 

@@ -143,7 +143,8 @@ async def _render(request: Request, api: Api) -> dict[str, Any]:
     req, result, model = prepared.req, prepared.result, prepared.model
     record = record_of(request)
     record.model = model.name
-    record.reasoning_restored, record.state_error = restored.count, restored.error
+    record.reasoning_restored, record.state_error = restored.reasoning, restored.error
+    record.history_changed = restored.changed
     notes = prepared.notes
     betas = request.headers.get("anthropic-beta")
     if api == "anthropic" and betas:

@@ -13,6 +13,7 @@ from dsmlkit.api import ChatRequest, parse_request
 from dsmlkit.api.common import Api
 from dsmlkit.render import RenderResult, render_conversation
 from dsmlkit.server.engine import Encoded
+from dsmlkit.server.reasoning_store import Restored
 from dsmlkit.server.response_store import with_history
 from dsmlkit.server.state import ServedModel, ServerState
 
@@ -59,26 +60,20 @@ class Prepared:
         }
 
 
-@dataclass(frozen=True)
-class Restored:
-    """A request body as the gateway reads it: what the client sent, plus the Responses
-    history its ``previous_response_id`` names and the reasoning it dropped."""
-
-    body: Any
-    #: Assistant turns whose reasoning came back from the store.
-    count: int
-    #: Why the store could not be asked (None: it answered).
-    error: str | None
-    #: Responses ``input`` items whose sealed reasoning opens here.
-    sealed: tuple[int, ...] = ()
-
-
 async def restore_history(state: ServerState, api: Api, body: Any) -> Restored:
-    """``body`` with its history and dropped reasoning put back (before it is read), the
-    same for the gateway and the render routes."""
+    """``body`` with its history, dropped reasoning and the model's own words put back
+    (before it is read), the same for the gateway and the render routes."""
+    items_restored, state_error = 0, None
+    sealed: tuple[int, ...] = ()
     if api == "responses":
-        return Restored(*await with_history(state.reasoning, state.keys, body))
-    return Restored(*await state.reasoning.restore(api, body))
+        body, items_restored, state_error, sealed = await with_history(
+            state.reasoning, state.keys, body
+        )
+    restored = await state.reasoning.restore(api, body)
+    restored.reasoning += items_restored
+    restored.error = state_error or restored.error
+    restored.sealed = sealed
+    return restored
 
 
 def model_of(state: ServerState, body: Any) -> ServedModel:

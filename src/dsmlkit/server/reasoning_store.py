@@ -6,7 +6,8 @@ Anthropic Messages). DeepSeek's V4 templates keep every reasoning of a tool loop
 prompt, so the engine would see an empty think block in mid loop. The gateway therefore
 remembers, for every call id it issued, the reasoning of that answer
 (:meth:`ReasoningMemory.remember`), and puts it back into a request's history before the
-request is read (:meth:`ReasoningMemory.restore`).
+request is read (:meth:`ReasoningMemory.restore`). The same entry keeps the rest of what the
+model wrote, so that the turn is rendered in the model's own words (:mod:`.model_turns`).
 
 The rule for Anthropic ``thinking`` blocks: the gateway signs every thinking block it
 returns with its key ring (:mod:`.sealing`): the signature is the thinking text sealed for
@@ -28,22 +29,25 @@ from __future__ import annotations
 import hmac
 import json
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from dsmlkit.api.common import Api
 from dsmlkit.api.seal import SealError
-from dsmlkit.parse import Event, ReasoningDelta, ToolCallEnd
+from dsmlkit.parse import ContentDelta, Event, ReasoningDelta, ToolCallEnd
+from dsmlkit.server.model_turns import (
+    Conversation,
+    ModelCall,
+    key_of,
+    reconcile,
+    reconcile_function,
+)
 from dsmlkit.server.sealing import KeyRing
 from dsmlkit.server.state_store import DEFAULT_TTL, StateStore, StateStoreUnavailable
 
 LOGGER = logging.getLogger("dsmlkit.server")
-
-_KEY_PREFIX = "reasoning:"
-#: Call ids shorter than this are never used as keys: an upstream that numbers its calls
-#: (``call_0``) would give two conversations the same id. The gateway's own ids have 29+.
-MIN_CALL_ID_LENGTH = 16
 
 
 class ThinkingSigner:
@@ -74,11 +78,28 @@ class ThinkingSigner:
 
 
 @dataclass(frozen=True)
-class _DroppedTurn:
-    """An assistant tool-call turn (``messages[index]``) that came back without reasoning."""
+class _ToolTurn:
+    """An assistant tool-call turn (``messages[index]``); ``dropped``: without reasoning."""
 
     index: int
     call_ids: tuple[str, ...]
+    dropped: bool
+
+
+@dataclass
+class Restored:
+    """What :meth:`ReasoningMemory.restore` did to a body."""
+
+    body: Any
+    #: Assistant turns whose dropped reasoning was put back.
+    reasoning: int = 0
+    #: What the client really changed in the model's turns (used as sent): ``call``,
+    #: ``content``, ``reasoning``.
+    changed: Counter[str] = field(default_factory=Counter)
+    #: Why the store could not be used, if it could not.
+    error: str | None = None
+    #: Responses ``input`` items whose sealed reasoning opens here (the reader opens them).
+    sealed: tuple[int, ...] = ()
 
 
 class AnswerTracker:
@@ -86,22 +107,38 @@ class AnswerTracker:
 
     def __init__(self) -> None:
         self._reasoning: list[str] = []
-        self.call_ids: list[str] = []
+        self._content: list[str] = []
+        self._calls: list[ToolCallEnd] = []
 
     def add(self, events: Iterable[Event]) -> None:
         for event in events:
             if isinstance(event, ReasoningDelta):
                 self._reasoning.append(event.text)
+            elif isinstance(event, ContentDelta):
+                self._content.append(event.text)
             elif isinstance(event, ToolCallEnd):
-                self.call_ids.append(event.id)
+                self._calls.append(event)
+
+    @property
+    def call_ids(self) -> list[str]:
+        return [call.id for call in self._calls]
 
     @property
     def reasoning(self) -> str:
         return "".join(self._reasoning)
 
+    def calls(self) -> dict[str, ModelCall]:
+        """What the model wrote, by call id."""
+        reasoning, content = self.reasoning, "".join(self._content)
+        return {
+            call.id: ModelCall(call.name, call.arguments_json, reasoning, content)
+            for call in self._calls
+        }
+
 
 class ReasoningMemory:
-    """Reasoning by call id in a :class:`StateStore`; see the module docstring for the rules."""
+    """What the model wrote, reasoning included, by call id in a :class:`StateStore`; see the
+    module docstring (and :mod:`.model_turns`) for the rules."""
 
     def __init__(self, store: StateStore, signer: ThinkingSigner, ttl: float = DEFAULT_TTL) -> None:
         self.store = store
@@ -109,59 +146,103 @@ class ReasoningMemory:
         self.ttl = ttl
         self._failing = False
 
-    async def remember(self, call_ids: Sequence[str], reasoning: str) -> str | None:
-        """Store ``reasoning`` under each call id; returns the store error, if any."""
-        keys = [_KEY_PREFIX + i for i in call_ids if len(i) >= MIN_CALL_ID_LENGTH]
-        if not keys or not reasoning:
+    async def remember(
+        self, answer: AnswerTracker, conversation: Conversation | None = None
+    ) -> str | None:
+        """Store what the model wrote under each of the answer's call ids (short ids with
+        the ``conversation`` the answer continues); returns the store error, if any."""
+        items = {}
+        for call_id, call in answer.calls().items():
+            key = conversation.key(call_id) if conversation is not None else key_of(call_id)
+            if key is not None:
+                items[key] = call.dumps()
+        if not items:
             return None
         try:
-            await self.store.put_many(dict.fromkeys(keys, reasoning), self.ttl)
+            await self.store.put_many(items, self.ttl)
         except StateStoreUnavailable as exc:
             return self._failed(exc)
         self._recovered()
         return None
 
     async def recall(self, call_ids: Iterable[str]) -> tuple[dict[str, str], str | None]:
-        """``({call id: reasoning} for the ids the store knows, store error)``; also for the
-        Responses API's reasoning items."""
-        ids = [i for i in call_ids if len(i) >= MIN_CALL_ID_LENGTH]
-        if not ids:
+        """``({call id: reasoning} for the ids the store knows with reasoning, store
+        error)``, for the Responses API's reasoning items (short ids are not known there)."""
+        keys = {i: key for i in call_ids if (key := key_of(i)) is not None}
+        found, error = await self._calls(keys)
+        return {i: call.reasoning for i, call in found.items() if call.reasoning}, error
+
+    async def restore(self, api: Api, body: Any) -> Restored:
+        """The body with dropped reasoning put back and the model's words restored.
+
+        The body is not validated here (the API reader does that next); anything of an
+        unexpected shape is left as it is. The caller's body is never modified. A
+        Responses body (its reasoning restored by :func:`.response_store.with_history`)
+        gets the model's arguments in its ``function_call`` items.
+        """
+        if api == "responses":
+            return await self._restore_items(body)
+        messages = body.get("messages") if isinstance(body, dict) else None
+        if not isinstance(messages, list):
+            return Restored(body)
+        model = body.get("model")
+        turns = _tool_turns(api, messages, model, self.signer)
+        conversation = Conversation(api, body)
+        keys = {
+            (turn.index, i): key
+            for turn in turns
+            for i in turn.call_ids
+            if (key := conversation.key(i, turn.index)) is not None
+        }
+        found, error = await self._calls(keys)
+        result = Restored(body, error=error)
+        if not found:
+            return result
+        restored = list(messages)
+        for turn in turns:
+            calls = {i: found[turn.index, i] for i in turn.call_ids if (turn.index, i) in found}
+            reasoning = next((c.reasoning for c in calls.values() if c.reasoning), None)
+            message = messages[turn.index]
+            if turn.dropped and reasoning is not None:
+                message = _with_reasoning(api, message, reasoning, model, self.signer)
+                result.reasoning += 1
+            restored[turn.index] = reconcile(api, message, calls, result.changed)
+        result.body = {**body, "messages": restored}
+        return result
+
+    async def _restore_items(self, body: Any) -> Restored:
+        """A Responses body with the model's arguments in the ``function_call`` items."""
+        items = body.get("input") if isinstance(body, dict) else None
+        if not isinstance(items, list):
+            return Restored(body)
+        keys = {
+            index: key
+            for index, item in enumerate(items)
+            if isinstance(item, dict)
+            and item.get("type") == "function_call"
+            and isinstance(item.get("call_id"), str)
+            and (key := key_of(item["call_id"])) is not None
+        }
+        found, error = await self._calls(keys)
+        result = Restored(body, error=error)
+        if found:
+            restored = list(items)
+            for index, call in found.items():
+                restored[index] = reconcile_function(items[index], call, result.changed)
+            result.body = {**body, "input": restored}
+        return result
+
+    async def _calls(self, keys: dict[Any, str]) -> tuple[dict[Any, ModelCall], str | None]:
+        """``({name: stored call} for the ``{name: key}`` the store knows, store error)``."""
+        if not keys:
             return {}, None
         try:
-            found = await self.store.get_many(_KEY_PREFIX + call_id for call_id in ids)
+            values = await self.store.get_many(set(keys.values()))
         except StateStoreUnavailable as exc:
             return {}, self._failed(exc)
         self._recovered()
-        return {i: found[_KEY_PREFIX + i] for i in ids if _KEY_PREFIX + i in found}, None
-
-    async def restore(self, api: Api, body: Any) -> tuple[Any, int, str | None]:
-        """``(body, turns restored, store error)``: the body with dropped reasoning put back.
-
-        The body is not validated here (the API reader does that next); anything of an
-        unexpected shape is left as it is. The caller's body is never modified.
-        """
-        messages = body.get("messages") if isinstance(body, dict) else None
-        if not isinstance(messages, list):
-            return body, 0, None
-        model = body.get("model")
-        turns = _dropped_turns(api, messages, model, self.signer)
-        if not turns:
-            return body, 0, None
-        found, error = await self.recall(call_id for turn in turns for call_id in turn.call_ids)
-        if error is not None:
-            return body, 0, error
-        restored = list(messages)
-        count = 0
-        for turn in turns:
-            reasoning = next((found[i] for i in turn.call_ids if i in found), None)
-            if reasoning is not None:
-                restored[turn.index] = _with_reasoning(
-                    api, messages[turn.index], reasoning, model, self.signer
-                )
-                count += 1
-        if not count:
-            return body, 0, None
-        return {**body, "messages": restored}, count, None
+        found = {name: ModelCall.loads(values[key]) for name, key in keys.items() if key in values}
+        return {name: call for name, call in found.items() if call is not None}, None
 
     def _failed(self, exc: StateStoreUnavailable) -> str:
         if not self._failing:
@@ -186,9 +267,9 @@ class ReasoningMemory:
             )
 
 
-def _dropped_turns(
+def _tool_turns(
     api: Api, messages: list[Any], model: object, signer: ThinkingSigner
-) -> list[_DroppedTurn]:
+) -> list[_ToolTurn]:
     turns = []
     for index, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") != "assistant":
@@ -199,8 +280,8 @@ def _dropped_turns(
         else:
             ids = _anthropic_call_ids(message)
             kept = bool(ids) and _signed_by_us(message["content"], model, signer)
-        if ids and not kept:
-            turns.append(_DroppedTurn(index, ids))
+        if ids:
+            turns.append(_ToolTurn(index, ids, dropped=not kept))
     return turns
 
 

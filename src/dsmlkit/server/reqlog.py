@@ -43,6 +43,8 @@ class RequestRecord:
     upstream_seconds: float | None = None
     #: Assistant turns whose dropped reasoning the gateway put back.
     reasoning_restored: int = 0
+    #: What the client really changed in turns the model wrote (used as sent), by part.
+    history_changed: Counter[str] = field(default_factory=Counter)
     #: Why the state store could not be used, if it could not.
     state_error: str | None = None
     error_type: str | None = None
@@ -83,6 +85,7 @@ class RequestRecord:
                 else None
             ),
             "reasoning_restored": self.reasoning_restored or None,
+            "history_changed": dict(self.history_changed) or None,
             "state_error": self.state_error,
             "error": self.error_type,
             "error_message": self.error_message,

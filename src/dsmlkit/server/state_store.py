@@ -6,9 +6,9 @@ every entry expires), ``sqlite:PATH`` (a file that survives restarts) or
 with a time to live. Every operation that fails raises :class:`StateStoreUnavailable`; the
 callers decide what a missing state means (the reasoning round trip answers without it).
 
-Users: :mod:`dsmlkit.server.reasoning_store` (reasoning by call id) and the Responses API
-(``store`` / ``previous_response_id``). Keys are namespaced by the caller (``reasoning:…``,
-``response:…``).
+Users: :mod:`dsmlkit.server.reasoning_store` (what the model wrote, by call id) and the
+Responses API (``store`` / ``previous_response_id``). Keys are namespaced by the caller
+(``turn:…``, ``response:…``).
 """
 
 from __future__ import annotations
