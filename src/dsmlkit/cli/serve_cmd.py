@@ -184,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
 
         from dsmlkit.server import ServerConfig, create_app
         from dsmlkit.server.config import ConfigError, load_config_file
-        from dsmlkit.server.runtime import configure_logging, serve
+        from dsmlkit.server.runtime import configure_logging, metrics_directory, serve
     except ImportError as exc:
         return fail(
             "serve", f"needs the server extra ({exc.name} is missing): {INSTALL_HINT}", EXIT_START
@@ -232,6 +232,11 @@ def run(args: argparse.Namespace) -> int:
         sock = listening_socket(args.host, args.port)
     except OSError as exc:
         return fail("serve", f"cannot listen on {args.host}:{args.port}: {exc}", EXIT_START)
+    try:
+        metrics_dir = metrics_directory(args.workers)
+    except ConfigError as exc:
+        sock.close()
+        return fail("serve", str(exc), EXIT_START)
     configure_logging(args.log_level)
     state: ServerState = app.state.dsmlkit
     asyncio.run(_read_engines(state))
@@ -249,13 +254,14 @@ def run(args: argparse.Namespace) -> int:
         os.environ[CONFIG_ENV] = settings_to_environment(config)
         os.environ[LOG_LEVEL_ENV] = args.log_level
         target = "dsmlkit.server.runtime:app_from_environment"
-    serve(
-        target,
-        sock,
-        workers=args.workers,
-        log_level=args.log_level,
-        header_timeout=args.header_timeout,
-    )
+    with metrics_dir:
+        serve(
+            target,
+            sock,
+            workers=args.workers,
+            log_level=args.log_level,
+            header_timeout=args.header_timeout,
+        )
     return EXIT_OK
 
 

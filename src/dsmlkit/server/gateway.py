@@ -136,17 +136,18 @@ class _Upstream:
         self._endpoint = endpoint
         self._key = key
         self.stream = stream
-        self._earlier_seconds = 0.0
+        self._earlier: list[UpstreamStream] = []
 
     async def follow(self, body: dict[str, Any]) -> None:
         """Close the current request and open the next."""
         await self.stream.aclose()
-        self._earlier_seconds += self.stream.seconds
+        self._earlier.append(self.stream)
         self.stream = await _send(self._client, self._endpoint, self._key, body)
 
     @property
-    def seconds(self) -> float:
-        return self._earlier_seconds + self.stream.seconds
+    def streams(self) -> list[UpstreamStream]:
+        """Every request of the answer so far, the open one last."""
+        return [*self._earlier, self.stream]
 
     async def aclose(self) -> None:
         await self.stream.aclose()
@@ -495,7 +496,10 @@ async def _stream_body(
 
 async def _finish_upstream(upstream: _Upstream, record: RequestRecord) -> None:
     await upstream.aclose()
-    record.upstream_seconds = upstream.seconds
+    streams = upstream.streams
+    record.upstream_seconds = sum(stream.seconds for stream in streams)
+    record.upstream_wait = sum(stream.waited for stream in streams)
+    record.chunk_overheads = [gap for stream in streams for gap in stream.gaps]
 
 
 async def _cancel_on_disconnect(

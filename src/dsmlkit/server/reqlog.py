@@ -41,6 +41,10 @@ class RequestRecord:
     parsed: bool = False
     parse_seconds: float = 0.0
     upstream_seconds: float | None = None
+    #: The part of ``upstream_seconds`` spent waiting on the upstream (see :attr:`overhead`).
+    upstream_wait: float | None = None
+    #: The gateway's own time per read of the upstream stream (arrival to the next read).
+    chunk_overheads: list[float] = field(default_factory=list)
     #: Assistant turns whose dropped reasoning the gateway put back.
     reasoning_restored: int = 0
     #: Why the state store could not be used, if it could not.
@@ -48,6 +52,14 @@ class RequestRecord:
     error_type: str | None = None
     error_message: str | None = None
     duration: float = 0.0
+
+    @property
+    def overhead(self) -> float | None:
+        """The gateway's own time: the wall time minus the upstream wait (gateway requests
+        whose upstream answered)."""
+        if self.upstream_wait is None:
+            return None
+        return max(0.0, self.duration - self.upstream_wait)
 
     def fail(self, error_type: str, message: str) -> None:
         """Note the error this request ended in (the first one wins)."""
@@ -81,6 +93,9 @@ class RequestRecord:
                 round(self.upstream_seconds * 1000, 3)
                 if self.upstream_seconds is not None
                 else None
+            ),
+            "overhead_ms": (
+                round(self.overhead * 1000, 3) if self.overhead is not None else None
             ),
             "reasoning_restored": self.reasoning_restored or None,
             "state_error": self.state_error,

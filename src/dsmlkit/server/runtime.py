@@ -9,12 +9,14 @@
   with an error event (see :func:`dsmlkit.server.app.create_app`), before uvicorn's own
   timeout (two seconds later) closes what is left;
 * ``--workers N`` runs N processes on one socket; each builds its app with
-  :func:`app_from_environment` from the settings the parent put in the environment.
+  :func:`app_from_environment` from the settings the parent put in the environment, and
+  their metrics meet in one directory (:func:`metrics_directory`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -22,13 +24,16 @@ import math
 import os
 import socket
 import sys
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from dsmlkit.server.app import create_app
-from dsmlkit.server.config import ModelConfig, ServerConfig
+from dsmlkit.server.config import ConfigError, ModelConfig, ServerConfig
+from dsmlkit.server.metrics import MULTIPROC_ENV
 from dsmlkit.server.reqlog import ACCESS_LOGGER
 
 #: The environment variable that carries the settings to ``--workers`` processes.
@@ -160,6 +165,34 @@ def app_from_environment() -> Any:
         ModelConfig(**{**model, "aliases": tuple(model["aliases"])}) for model in data["models"]
     )
     return create_app(ServerConfig(**{**data, "models": models}))
+
+
+def metrics_directory(workers: int) -> contextlib.AbstractContextManager[None]:
+    """Where the worker processes' metrics meet, for the time the server runs.
+
+    A ``PROMETHEUS_MULTIPROC_DIR`` the operator set is used as it is (it must be a
+    directory; ``prometheus_client`` wants it empty at start). Otherwise, with several
+    workers, a fresh private directory is made before they start (they inherit it through
+    the environment) and removed when the server has stopped; one worker needs none.
+    """
+    given = os.environ.get(MULTIPROC_ENV)
+    if given is not None:
+        if not os.path.isdir(given):
+            raise ConfigError("is not a directory", f"{MULTIPROC_ENV}={given!r}")
+        return contextlib.nullcontext()
+    if workers == 1:
+        return contextlib.nullcontext()
+    return _private_metrics_directory()
+
+
+@contextlib.contextmanager
+def _private_metrics_directory() -> Iterator[None]:
+    with tempfile.TemporaryDirectory(prefix="dsmlkit-metrics-") as path:
+        os.environ[MULTIPROC_ENV] = path
+        try:
+            yield
+        finally:
+            del os.environ[MULTIPROC_ENV]
 
 
 def serve(

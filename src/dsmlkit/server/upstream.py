@@ -52,6 +52,10 @@ class UpstreamStream:
     from sending the request to the end of the stream (or to now, while it runs). Past
     ``deadline`` (a :func:`time.monotonic` time) the stream fails as a timeout.
 
+    ``waited`` is the part of that time spent waiting on the upstream (for the response
+    headers, then for each read of the body); ``gaps`` holds the gateway's own time per read,
+    from its arrival to the next read (or to the end of the stream).
+
     A response closed at ``[DONE]`` closes its connection rather than reading on to the end
     of the body to pool it: with many streams open, httpcore's pool walks every pooled
     connection on each request, which costs more CPU than the new connection.
@@ -63,6 +67,9 @@ class UpstreamStream:
         self._sent_at = sent_at
         self._deadline = deadline
         self._ended_at: float | None = None
+        self._arrived: float | None = None  # when the last read came, while it is handled
+        self.waited = time.perf_counter() - sent_at
+        self.gaps: list[float] = []
 
     @property
     def seconds(self) -> float:
@@ -98,24 +105,37 @@ class UpstreamStream:
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
             raise UpstreamError("broken", f"the upstream stream broke off: {exc}") from exc
         finally:
-            self._ended_at = time.perf_counter()
+            self._ended_at = self._handled()
 
     async def _blocks(self) -> AsyncIterator[bytes]:
         """The body's bytes as they are read, each read awaited no later than the deadline."""
         while True:
+            asked = self._handled()
             with anyio.move_on_after(self._deadline - time.monotonic()) as scope:
                 try:
                     block = await self._body.__anext__()
                 except StopAsyncIteration:
                     return
+                finally:
+                    self.waited += time.perf_counter() - asked
             if scope.cancelled_caught:
                 raise UpstreamError(
                     "timeout", "the upstream request ran past the gateway's deadline"
                 )
+            self._arrived = time.perf_counter()
             yield block
+
+    def _handled(self) -> float:
+        """Now; the read that arrived last is handled (its gap is noted once)."""
+        now = time.perf_counter()
+        if self._arrived is not None:
+            self.gaps.append(now - self._arrived)
+            self._arrived = None
+        return now
 
     async def aclose(self) -> None:
         """Close the response (also when the client went away: shielded from cancellation)."""
+        self._handled()
         with anyio.CancelScope(shield=True):
             await self._response.aclose()
 

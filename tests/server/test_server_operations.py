@@ -1,0 +1,100 @@
+"""Operations through a real ``dsmlkit serve`` process: metrics under several workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dsmlkit.cli import main
+from tests.server.conftest import CLIENT_TIMEOUT
+from tests.server.fake_engine import FakeEngine, Reply
+from tests.server.test_server_local import _samples
+from tests.server.test_server_process import _free_port, _serve, _stopped
+
+CHAT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _workers(parent: int) -> list[int]:
+    """The pids of the worker processes uvicorn runs under ``parent``."""
+    children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+    return [
+        int(pid) for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+
+
+def _totals(url: str) -> dict[str, float]:
+    """One scrape (on a new connection, so any worker may answer): requests by route."""
+    text = httpx.get(url + "/metrics", timeout=CLIENT_TIMEOUT).text
+    totals: dict[str, float] = {}
+    for name, value in _samples(text).items():
+        if name.startswith("dsmlkit_requests_total{"):
+            route = name.split('route="')[1].split('"')[0]
+            totals[route] = totals.get(route, 0) + value
+        elif name.startswith("dsmlkit_gateway_"):
+            totals[name] = value
+    return totals
+
+
+def test_metrics_add_up_every_worker(engine_server: tuple[FakeEngine, str]) -> None:
+    engine, engine_url = engine_server
+    flags = ("--tokenizer", "none", "--workers", "2", "--upstream", engine_url)
+    with _serve(*flags) as (process, url):
+        deadline = time.monotonic() + 20
+        while len(_workers(process.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        workers = _workers(process.pid)
+        assert len(workers) == 2
+        environ = Path(f"/proc/{workers[0]}/environ").read_bytes().split(b"\0")
+        directory = next(v for v in environ if v.startswith(b"PROMETHEUS_MULTIPROC_DIR="))
+        metrics_dir = Path(os.fsdecode(directory.split(b"=", 1)[1]))
+        assert metrics_dir.is_dir()
+        for _ in range(20):
+            engine.push(Reply(text="Hello there, how are you?", chunk_size=2))
+            with httpx.stream(
+                "POST", url + "/v1/chat/completions", json=CHAT, timeout=CLIENT_TIMEOUT
+            ) as r:
+                assert r.status_code == 200 and list(r.iter_lines())
+            assert httpx.post(url + "/v1/parse", json={"text": "hi"}).status_code == 200
+        expected = {"/v1/chat/completions": 20, "/v1/parse": 20}
+
+        def scrapes(count: int) -> list[dict[str, float]]:
+            # the last answers' records are written just after their last byte
+            deadline = time.monotonic() + 5
+            while _totals(url).get("/v1/parse") != 20 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            return [_totals(url) for _ in range(count)]
+
+        seen = scrapes(6)
+        os.kill(workers[1], signal.SIGKILL)  # its counts must stay in the totals
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            alive = _workers(process.pid)
+            if len(alive) == 2 and workers[1] not in alive:
+                break
+            time.sleep(0.1)
+        assert httpx.get(url + "/ready", timeout=CLIENT_TIMEOUT).status_code == 200
+        seen += scrapes(6)
+        code, _, err = _stopped(process, signal.SIGTERM)
+    for totals in seen:
+        assert {route: totals.get(route) for route in expected} == expected, totals
+        chunks = 'dsmlkit_gateway_chunk_overhead_seconds_count{route="/v1/chat/completions"}'
+        overhead = 'dsmlkit_gateway_overhead_seconds_count{route="/v1/chat/completions"}'
+        assert totals[overhead] == 20 and totals[chunks] >= 20
+    assert code == 0
+    assert not metrics_dir.exists()  # removed when the server stopped
+    assert "Traceback" not in err
+
+
+def test_a_metrics_directory_that_is_none_cannot_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "missing"))
+    assert main(["serve", "--tokenizer", "none", "--port", str(_free_port())]) == 4
+    error = capsys.readouterr().err
+    assert error.startswith("dsmlkit serve: PROMETHEUS_MULTIPROC_DIR=")
+    assert error.rstrip().endswith("is not a directory")
