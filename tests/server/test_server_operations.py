@@ -1,7 +1,9 @@
-"""Operations through a real ``dsmlkit serve`` process: metrics under several workers."""
+"""Operations through a real ``dsmlkit serve`` process: metrics under several workers,
+JSON log lines."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -98,3 +100,31 @@ def test_a_metrics_directory_that_is_none_cannot_start(
     error = capsys.readouterr().err
     assert error.startswith("dsmlkit serve: PROMETHEUS_MULTIPROC_DIR=")
     assert error.rstrip().endswith("is not a directory")
+
+
+def test_log_lines_are_json_with_the_request_fields(
+    engine_server: tuple[FakeEngine, str],
+) -> None:
+    engine, engine_url = engine_server
+    engine.push(Reply(text="Hello there.", chunk_size=2))
+    with _serve("--tokenizer", "none", "--upstream", engine_url) as (process, url):
+        with httpx.stream(
+            "POST", url + "/v1/chat/completions", json=CHAT, timeout=CLIENT_TIMEOUT
+        ) as r:
+            assert r.status_code == 200 and list(r.iter_lines())
+        assert httpx.post(url + "/v1/parse", json={}).status_code == 400
+        code, _, err = _stopped(process, signal.SIGTERM)
+    assert code == 0
+    lines = [json.loads(line) for line in err.splitlines()]
+    assert all(isinstance(line, dict) for line in lines)
+    requests = [line for line in lines if line["event"] == "request"]
+    chat = next(line for line in requests if line["route"] == "/v1/chat/completions")
+    assert chat["id"].startswith("req_") and chat["method"] == "POST"
+    assert (chat["status"], chat["stream"], chat["finish_reason"]) == (200, True, "stop")
+    assert chat["logger"] == "dsmlkit.server.access" and chat["level"] == "info"
+    for key in ("ms", "upstream_ms", "overhead_ms", "parse_ms", "time", "completion_tokens"):
+        assert isinstance(chat[key], (int, float)), key
+    refused = next(line for line in requests if line["route"] == "/v1/parse")
+    assert (refused["status"], refused["error"]) == (400, "invalid_request_error")
+    plain = [line for line in lines if line["event"] == "log"]  # uvicorn's own lines
+    assert plain and all({"message", "time", "level", "logger"} <= line.keys() for line in plain)

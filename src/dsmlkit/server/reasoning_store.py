@@ -27,7 +27,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import logging
 import secrets
 from collections.abc import Iterable, Sequence
@@ -36,6 +35,7 @@ from typing import Any
 
 from dsmlkit.api.common import Api
 from dsmlkit.parse import Event, ReasoningDelta, ToolCallEnd
+from dsmlkit.server.reqlog import log_event
 from dsmlkit.server.state_store import DEFAULT_TTL, StateStore, StateStoreUnavailable
 
 LOGGER = logging.getLogger("dsmlkit.server")
@@ -160,23 +160,27 @@ class ReasoningMemory:
     def _failed(self, exc: StateStoreUnavailable) -> str:
         if not self._failing:
             self._failing = True
-            LOGGER.warning(
-                json.dumps(
-                    {
-                        "event": "state_store_unavailable",
-                        "store": self.store.description,
-                        "error": exc.message,
-                        "effect": "answers are served without the reasoning round trip",
-                    }
-                )
+            log_event(
+                LOGGER,
+                logging.WARNING,
+                f"state_store_unavailable: {exc.message}",
+                {
+                    "event": "state_store_unavailable",
+                    "store": self.store.description,
+                    "error": exc.message,
+                    "effect": "answers are served without the reasoning round trip",
+                },
             )
         return exc.message
 
     def _recovered(self) -> None:
         if self._failing:
             self._failing = False
-            LOGGER.warning(
-                json.dumps({"event": "state_store_recovered", "store": self.store.description})
+            log_event(
+                LOGGER,
+                logging.WARNING,
+                "state_store_recovered",
+                {"event": "state_store_recovered", "store": self.store.description},
             )
 
 

@@ -34,7 +34,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from dsmlkit.server.app import create_app
 from dsmlkit.server.config import ConfigError, ModelConfig, ServerConfig
 from dsmlkit.server.metrics import MULTIPROC_ENV
-from dsmlkit.server.reqlog import ACCESS_LOGGER
+from dsmlkit.server.reqlog import ACCESS_LOGGER, FIELDS
 
 #: The environment variable that carries the settings to ``--workers`` processes.
 CONFIG_ENV = "DSMLKIT_SERVE_SETTINGS"
@@ -42,27 +42,21 @@ LOG_LEVEL_ENV = "DSMLKIT_LOG_LEVEL"
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line. Request records (already JSON) pass as they are; a
-    message that is a JSON object keeps its fields, with the level and logger added."""
+    """One JSON object per line, written by one ``json.dumps``: a structured line's fields
+    (:func:`~dsmlkit.server.reqlog.log_event`), else ``event: log`` and the message; then
+    the time, level and logger, and a traceback as ``exception``."""
 
     def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage()
-        if record.name == ACCESS_LOGGER.name:
-            return message
-        fields: dict[str, Any] = {"event": "log", "message": message}
-        if message.startswith("{"):
-            try:
-                parsed = json.loads(message)
-            except ValueError:
-                parsed = None
-            if isinstance(parsed, dict):
-                fields = parsed
-        fields.update(
+        fields: dict[str, Any] | None = getattr(record, FIELDS, None)
+        line = dict(fields) if fields is not None else {"event": "log"}
+        if fields is None:
+            line["message"] = record.getMessage()
+        line.update(
             time=round(record.created, 3), level=record.levelname.lower(), logger=record.name
         )
         if record.exc_info:
-            fields["exception"] = self.formatException(record.exc_info)
-        return json.dumps(fields, ensure_ascii=False)
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
 
 
 def configure_logging(level: str) -> None:
@@ -76,7 +70,7 @@ def configure_logging(level: str) -> None:
         logger = logging.getLogger(name)
         logger.handlers[:] = []
         logger.propagate = True
-    logging.getLogger("dsmlkit.server.access").setLevel(logging.INFO)
+    ACCESS_LOGGER.setLevel(logging.INFO)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request
     logging.captureWarnings(True)
 
