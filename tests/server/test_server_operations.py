@@ -1,5 +1,5 @@
-"""Operations through a real ``dsmlkit serve`` process: metrics under several workers,
-JSON log lines."""
+"""Operations: metrics under several workers and JSON log lines (through a real ``dsmlkit
+serve`` process), and what an operator or a client gets wrong."""
 
 from __future__ import annotations
 
@@ -128,3 +128,18 @@ def test_log_lines_are_json_with_the_request_fields(
     assert (refused["status"], refused["error"]) == (400, "invalid_request_error")
     plain = [line for line in lines if line["event"] == "log"]  # uvicorn's own lines
     assert plain and all({"message", "time", "level", "logger"} <= line.keys() for line in plain)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["models = " + "[" * 2000 + "]" * 2000, "a = " + "{b = " * 2000 + "1" + "}" * 2000],
+    ids=["arrays", "tables"],
+)
+def test_a_2000_deep_config_file_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    path = tmp_path / "deep.toml"
+    path.write_text(value)
+    assert main(["serve", "--config", str(path)]) == 5
+    error = capsys.readouterr().err
+    assert error == f"dsmlkit serve: {path}: is nested too deeply to be a models file\n"

@@ -223,6 +223,8 @@ def load_config_file(path: str | Path) -> tuple[ModelConfig, ...]:
         raise ConfigError("is not UTF-8 text", where) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"is not valid TOML: {exc}", where) from None
+    except RecursionError:  # the parser recurses once per level of arrays and tables
+        raise ConfigError("is nested too deeply to be a models file", where) from None
     unknown = sorted(set(data) - {"models"})
     if unknown:
         raise ConfigError(f"unknown top-level key {unknown[0]!r} (only [[models]])", where)
