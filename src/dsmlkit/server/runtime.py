@@ -48,9 +48,9 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         fields: dict[str, Any] | None = getattr(record, FIELDS, None)
-        line = dict(fields) if fields is not None else {"event": "log"}
-        if fields is None:
-            line["message"] = record.getMessage()
+        line: dict[str, Any] = (
+            dict(fields) if fields is not None else {"event": "log", "message": record.getMessage()}
+        )
         line.update(
             time=round(record.created, 3), level=record.levelname.lower(), logger=record.name
         )
