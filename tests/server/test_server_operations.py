@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +15,8 @@ import httpx
 import pytest
 
 from dsmlkit.cli import main
+from dsmlkit.server import ServerConfig
+from dsmlkit.server.config import ConfigError
 from tests.server.conftest import CLIENT_TIMEOUT
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.test_server_local import _samples
@@ -143,3 +147,48 @@ def test_a_2000_deep_config_file_is_a_clear_error(
     assert main(["serve", "--config", str(path)]) == 5
     error = capsys.readouterr().err
     assert error == f"dsmlkit serve: {path}: is nested too deeply to be a models file\n"
+
+
+DURATIONS = (
+    "upstream-timeout",
+    "upstream-deadline",
+    "header-timeout",
+    "body-timeout",
+    "shutdown-grace",
+    "max-body-mb",
+)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-1", "0"])
+@pytest.mark.parametrize("flag", DURATIONS)
+def test_every_duration_is_positive_and_finite(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["serve", f"--{flag}={value}"])
+    assert stop.value.code == 2
+    assert f"--{flag}: {value} must be positive and finite" in capsys.readouterr().err
+    variable = "DSMLKIT_" + flag.upper().replace("-", "_")
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SystemExit) as stop:
+        main(["serve"])
+    assert stop.value.code == 2
+    assert f"{variable}={value!r}: {value} must be positive and finite" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 0.0])
+def test_the_library_refuses_durations_that_are_not_finite(value: float) -> None:
+    with pytest.raises(ConfigError, match="upstream_timeout: must be positive and finite"):
+        ServerConfig(upstream_timeout=value)
+
+
+def test_a_nan_timeout_in_the_environment_stops_the_process_at_once() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dsmlkit", "serve", "--port", str(_free_port())],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DSMLKIT_UPSTREAM_TIMEOUT": "nan"},
+        timeout=60,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "DSMLKIT_UPSTREAM_TIMEOUT='nan': nan must be positive and finite" in done.stderr

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import math
 import os
 import socket
 from typing import TYPE_CHECKING, Any
@@ -43,13 +44,15 @@ def _port(text: str) -> int:
 
 
 def _positive(kind: type[int] | type[float]) -> Any:
+    """A flag type for a finite positive number (``nan`` and ``inf`` are refused)."""
+
     def convert(text: str) -> int | float:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text} must be positive")
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"{text} must be positive and finite")
         return value
 
     return convert

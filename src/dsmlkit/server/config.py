@@ -8,6 +8,7 @@ lists several. :func:`load_config_file` reads the TOML file.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from collections.abc import Mapping
@@ -168,8 +169,9 @@ class ServerConfig:
             "body_timeout",
             "shutdown_grace",
         ):
-            if getattr(self, name) <= 0:
-                raise ConfigError("must be positive", name)
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"must be positive and finite, not {value!r}", name)
         if self.max_body_bytes <= 0:
             raise ConfigError("must be positive", "max_body_bytes")
         seen: set[str] = set()
