@@ -192,3 +192,50 @@ def test_a_nan_timeout_in_the_environment_stops_the_process_at_once() -> None:
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "DSMLKIT_UPSTREAM_TIMEOUT='nan': nan must be positive and finite" in done.stderr
+
+
+SECRET = "s3cret-pw"
+
+
+def test_credentials_in_the_upstream_url_are_never_shown(
+    engine_server: tuple[FakeEngine, str], engine: FakeEngine
+) -> None:
+    """Banner, /ready, logs and error bodies; and the /tokenize probe's 504 comes after
+    --upstream-timeout and does not name the URL."""
+    port = int(engine_server[1].rsplit(":", 1)[1])
+    upstream = f"http://user:{SECRET}@127.0.0.1:{port}/v1"
+    flags = ("--tokenizer", "none", "--upstream", upstream, "--upstream-timeout", "1")
+    with _serve(*flags) as (process, url):
+        ready = httpx.get(url + "/ready", timeout=CLIENT_TIMEOUT)
+        assert ready.json()["models"]["deepseek-v4.1"]["upstream"] == (
+            f"http://***@127.0.0.1:{port}/v1/completions"
+        )
+        body = {**CHAT, "stream": False}
+        assert httpx.post(url + "/v1/chat/completions", json=body).status_code == 200
+        engine.tokenize_delay = 3.0
+        started = time.monotonic()
+        slow = httpx.post(url + "/v1/chat/completions", json=body, timeout=CLIENT_TIMEOUT)
+        waited = time.monotonic() - started
+        code, out, err = _stopped(process, signal.SIGTERM)
+    assert slow.status_code == 504 and 1 <= waited < 2.5, waited
+    assert slow.json()["error"]["message"] == "the engine's /tokenize did not answer in time"
+    assert f"-> http://***@127.0.0.1:{port}/v1/completions" in out
+    assert f"http://***@127.0.0.1:{port}/tokenize: the engine's /tokenize did not" in err
+    for shown in (out, err, ready.text, slow.text):
+        assert SECRET not in shown
+    assert code == 0
+
+
+def test_credentials_stay_hidden_when_the_upstream_is_down() -> None:
+    upstream = f"http://user:{SECRET}@127.0.0.1:{_free_port()}/v1"
+    with _serve("--tokenizer", "none", "--upstream", upstream) as (process, url):
+        ready = httpx.get(url + "/ready", timeout=CLIENT_TIMEOUT)
+        failed = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=CLIENT_TIMEOUT)
+        code, out, err = _stopped(process, signal.SIGTERM)
+    assert ready.status_code == 503 and failed.status_code == 502
+    assert "NOT READY: model deepseek-v4.1: cannot reach the engine's /v1/models" in out
+    assert f"http://***@{upstream.rpartition('@')[2]}/models" in err
+    for shown in (out, err, ready.text, failed.text):
+        assert SECRET not in shown
+    assert code == 0
+

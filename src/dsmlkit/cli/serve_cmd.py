@@ -308,7 +308,7 @@ def _banner(host: str, port: int, state: ServerState, problems: list[str]) -> st
     for model in state.models:
         names = ", ".join(model.config.names)
         lines.append(f"  model {names}: dialect {model.dialect}")
-        endpoint = model.config.upstream_endpoint
+        endpoint = model.config.shown_endpoint
         if endpoint is None:
             lines.append("    gateway: off (no --upstream)")
         else:

@@ -126,6 +126,8 @@ async def _api_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _upstream_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, UpstreamError)
+    if exc.url is not None:  # the client's answer does not name it; the log does
+        LOGGER.warning("request %s: %s: %s", record_of(request).id, exc.url, exc.message)
     return _respond(request, gateway.upstream_api_error(exc))
 
 

@@ -43,6 +43,14 @@ MODEL_KEYS = (
 )
 
 
+def redacted(url: str) -> str:
+    """``url`` fit to print or log: a user and password in it become ``***``."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+
+
 class ConfigError(CallerError):
     """A setting is wrong; ``where`` names the flag, or the file and key."""
 
@@ -83,7 +91,7 @@ class ModelConfig:
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ConfigError(
                     f"must be an http(s) URL such as http://127.0.0.1:8000/v1, "
-                    f"not {self.upstream!r}",
+                    f"not {redacted(self.upstream)!r}",
                     "upstream",
                 )
 
@@ -109,6 +117,12 @@ class ModelConfig:
         if _VERSION_SEGMENT.search(path):
             return base + route
         return base + "/v1" + route
+
+    @property
+    def shown_endpoint(self) -> str | None:
+        """:attr:`upstream_endpoint` fit to print (no credentials, see :func:`redacted`)."""
+        endpoint = self.upstream_endpoint
+        return None if endpoint is None else redacted(endpoint)
 
     @property
     def upstream_api_base(self) -> str | None:

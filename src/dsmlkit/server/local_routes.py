@@ -66,7 +66,7 @@ async def ready(request: Request) -> JSONResponse:
         facts = model.engine.facts
         models[model.name] = {
             "ready": not problems,
-            "upstream": model.config.upstream_endpoint,
+            "upstream": model.config.shown_endpoint,
             "engine_model": model.engine_model,
             "max_model_len": model.max_model_len,
             "served": list(facts.served) if facts is not None else None,

@@ -11,11 +11,13 @@ import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import httpx
 
 from dsmlkit.errors import UpstreamError
+from dsmlkit.server.config import redacted
 
 #: How much of an upstream error body is read to quote its message.
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -256,7 +258,7 @@ class UpstreamClient:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
         self._client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
         self._deadline = deadline
-        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
 
     async def open_stream(
         self,
@@ -308,30 +310,38 @@ class UpstreamClient:
 
     async def get_json(self, url: str, api_key: str | None, body: Any = None) -> Any:
         """GET (or, with ``body``, POST) ``url`` and decode its JSON answer, within the
-        connect timeout; every failure raises :class:`UpstreamError`."""
+        upstream timeout; every failure raises :class:`UpstreamError`, whose message
+        names the engine's route (``the engine's /tokenize``), not the URL."""
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        said = f"the engine's {urlsplit(url).path or '/'}"
+        shown = redacted(url)
         try:
-            with anyio.fail_after(self._connect_timeout):
+            with anyio.fail_after(self._read_timeout):
                 if body is None:
                     response = await self._client.get(url, headers=headers)
                 else:
                     response = await self._client.post(url, json=body, headers=headers)
         except (TimeoutError, httpx.TimeoutException) as exc:
-            raise UpstreamError("timeout", f"{url} did not answer in time") from exc
+            raise UpstreamError("timeout", f"{said} did not answer in time", url=shown) from exc
         except httpx.DecodingError as exc:
-            raise UpstreamError("malformed", f"{url}: the body cannot be decoded: {exc}") from exc
+            raise UpstreamError(
+                "malformed", f"{said}: the body cannot be decoded: {exc}", url=shown
+            ) from exc
         except httpx.HTTPError as exc:
-            raise UpstreamError("connect", f"cannot reach {url}: {exc}") from exc
+            raise UpstreamError("connect", f"cannot reach {said}: {exc}", url=shown) from exc
         if response.status_code >= 400:
             raise UpstreamError(
                 "status",
-                f"{url} answered {response.status_code}: {error_message(response.content)}",
+                f"{said} answered {response.status_code}: {error_message(response.content)}",
                 status=response.status_code,
+                url=shown,
             )
         try:
             return response.json()
         except ValueError:
-            raise UpstreamError("malformed", f"{url} did not answer with JSON") from None
+            raise UpstreamError(
+                "malformed", f"{said} did not answer with JSON", url=shown
+            ) from None
 
     async def aclose(self) -> None:
         await self._client.aclose()
