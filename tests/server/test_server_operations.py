@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,7 +21,7 @@ from dsmlkit.server.config import ConfigError
 from tests.server.conftest import CLIENT_TIMEOUT
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.test_server_local import _samples
-from tests.server.test_server_process import _free_port, _serve, _stopped
+from tests.server.test_server_process import _free_port, _response, _serve, _stopped
 
 CHAT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -239,3 +240,38 @@ def test_credentials_stay_hidden_when_the_upstream_is_down() -> None:
         assert SECRET not in shown
     assert code == 0
 
+
+#: A /v1/parse body of 50 MB, over the default limit of 32 MB.
+BIG_PARSE = json.dumps({"text": "a" * 50_000_000}).encode()
+
+
+def test_a_50_mb_parse_is_a_413_in_the_error_shape() -> None:
+    with _serve("--tokenizer", "none") as (process, url), httpx.Client(timeout=60) as client:
+        for content in (BIG_PARSE, iter([BIG_PARSE[:20_000_000], BIG_PARSE[20_000_000:]])):
+            answer = client.post(
+                url + "/v1/parse", content=content, headers={"content-type": "application/json"}
+            )
+            assert answer.status_code == 413
+            assert answer.json()["error"]["type"] == "request_too_large"
+        assert client.get(url + "/health").status_code == 200  # the connection still serves
+        _stopped(process, signal.SIGTERM)
+
+
+def test_a_slow_client_still_sending_gets_the_413_not_a_reset() -> None:
+    """The body keeps coming for longer than the header timeout after the limit was
+    passed: it is read to its end, then answered."""
+    with _serve("--tokenizer", "none", "--header-timeout", "1") as (process, url):
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(
+                b"POST /v1/parse HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                + f"content-length: {len(BIG_PARSE)}\r\n\r\n".encode()
+            )
+            step = len(BIG_PARSE) // 25
+            for start in range(0, len(BIG_PARSE), step):
+                sock.sendall(BIG_PARSE[start : start + step])
+                time.sleep(0.1)  # 2.5 s in all
+            answer = _response(sock)
+        _stopped(process, signal.SIGTERM)
+    assert answer.startswith(b"HTTP/1.1 413")
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["type"] == "request_too_large"

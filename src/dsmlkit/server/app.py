@@ -210,13 +210,21 @@ class RequestMiddleware:
         self, scope: Scope, receive: Receive
     ) -> tuple[list[Message], ApiError | None]:
         """The body's messages, or the error to answer with: 413 past the size limit,
-        408 when it does not arrive within the body timeout."""
+        408 when it does not arrive within the body timeout.
+
+        Past the limit the rest of the body is still read, and dropped, until its end or
+        the body timeout: a client that is still sending would otherwise get its
+        connection closed under it (a reset) instead of the 413. A client that waits for
+        ``100 Continue`` has sent nothing yet and gets the 413 at once.
+        """
         limit = self.state.config.max_body_bytes
         too_large = ApiError.for_status(
             413, f"the request body is larger than the server's limit of {limit} bytes"
         )
-        declared = Headers(scope=scope).get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
+        headers = Headers(scope=scope)
+        declared = headers.get("content-length", "")
+        over = declared.isdigit() and int(declared) > limit
+        if over and headers.get("expect", "").lower() == "100-continue":
             return [], too_large
         messages: list[Message] = []
         size = 0
@@ -224,14 +232,18 @@ class RequestMiddleware:
         with anyio.move_on_after(timeout):
             while True:
                 message = await receive()
-                messages.append(message)
-                if message["type"] != "http.request":
-                    return messages, None  # the client went away; the app will see it
+                if message["type"] != "http.request":  # the client went away
+                    return ([], too_large) if over else ([*messages, message], None)
                 size += len(message.get("body", b""))
-                if size > limit:
-                    return [], too_large
+                over = over or size > limit
+                if over:
+                    messages.clear()  # nothing of it is kept while the rest is dropped
+                else:
+                    messages.append(message)
                 if not message.get("more_body", False):
-                    return messages, None
+                    return ([], too_large) if over else (messages, None)
+        if over:
+            return [], too_large
         return [], ApiError.for_status(
             408, f"the request body did not arrive within {timeout:g} seconds"
         )
