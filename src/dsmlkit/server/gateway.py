@@ -181,7 +181,7 @@ async def _gateway(request: Request, api: Api) -> Response:
     endpoint = state.endpoint(model)
     key = _upstream_key(state, request)
     if model.config.upstream_api == "completions":
-        plan = await _completions_plan(state, model, api, body, key[0])
+        plan = await _completions_plan(state, model, api, body, key[0], record)
     else:
         plan = await anyio.to_thread.run_sync(_chat_plan, model, api, body, state.seal_key)
     req = plan.req
@@ -254,14 +254,21 @@ async def _gateway(request: Request, api: Api) -> Response:
 
 
 async def _completions_plan(
-    state: ServerState, model: ServedModel, api: Api, body: Any, key: str | None
+    state: ServerState,
+    model: ServedModel,
+    api: Api,
+    body: Any,
+    key: str | None,
+    record: RequestRecord,
 ) -> _Plan:
     prepared = await anyio.to_thread.run_sync(prepare, state, api, body)
     req = prepared.req
     prompt: list[int] | str = (
         prepared.token_ids if prepared.token_ids is not None else prepared.encoded.text
     )
+    asked = time.perf_counter()
     prompt_tokens = await prompt_length(state, prepared, key)
+    record.upstream_wait = time.perf_counter() - asked  # the engine's /tokenize count
     first_prompt = prompt
 
     def make_body(prompt: list[int] | str, extra_stop: Sequence[str]) -> dict[str, Any]:
@@ -498,7 +505,7 @@ async def _finish_upstream(upstream: _Upstream, record: RequestRecord) -> None:
     await upstream.aclose()
     streams = upstream.streams
     record.upstream_seconds = sum(stream.seconds for stream in streams)
-    record.upstream_wait = sum(stream.waited for stream in streams)
+    record.upstream_wait = (record.upstream_wait or 0.0) + sum(s.waited for s in streams)
     record.chunk_overheads = [gap for stream in streams for gap in stream.gaps]
 
 

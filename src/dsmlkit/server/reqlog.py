@@ -50,7 +50,8 @@ class RequestRecord:
     parsed: bool = False
     parse_seconds: float = 0.0
     upstream_seconds: float | None = None
-    #: The part of ``upstream_seconds`` spent waiting on the upstream (see :attr:`overhead`).
+    #: Time spent waiting on the upstream (see :attr:`overhead`): its ``/tokenize`` count of
+    #: a text prompt, its answer's headers and each read of its stream.
     upstream_wait: float | None = None
     #: The gateway's own time per read of the upstream stream (arrival to the next read).
     chunk_overheads: list[float] = field(default_factory=list)
@@ -66,7 +67,7 @@ class RequestRecord:
     def overhead(self) -> float | None:
         """The gateway's own time: the wall time minus the upstream wait (gateway requests
         whose upstream answered)."""
-        if self.upstream_wait is None:
+        if self.upstream_seconds is None or self.upstream_wait is None:
             return None
         return max(0.0, self.duration - self.upstream_wait)
 
