@@ -18,7 +18,8 @@ import pytest
 from dsmlkit.cli import main
 from dsmlkit.server import ServerConfig
 from dsmlkit.server.config import ConfigError
-from tests.server.conftest import CLIENT_TIMEOUT
+from dsmlkit.server.reqlog import ACCESS_LOGGER, FIELDS
+from tests.server.conftest import CLIENT_TIMEOUT, Gateway
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.test_server_local import _samples
 from tests.server.test_server_process import _free_port, _response, _serve, _stopped
@@ -97,6 +98,20 @@ def test_metrics_add_up_every_worker(engine_server: tuple[FakeEngine, str]) -> N
     assert "Traceback" not in err
 
 
+def test_a_metrics_directory_the_operator_set_is_used_and_kept(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    with _serve("--tokenizer", "none") as (process, url):
+        assert httpx.post(url + "/v1/parse", json={"text": "hi"}).status_code == 200
+        deadline = time.monotonic() + 5
+        while (totals := _totals(url)).get("/v1/parse") != 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        code, _, _ = _stopped(process, signal.SIGTERM)
+    assert totals["/v1/parse"] == 1 and code == 0
+    assert {path.name.split("_")[0] for path in tmp_path.iterdir()} == {"counter", "histogram"}
+
+
 def test_a_metrics_directory_that_is_none_cannot_start(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
@@ -105,6 +120,26 @@ def test_a_metrics_directory_that_is_none_cannot_start(
     error = capsys.readouterr().err
     assert error.startswith("dsmlkit serve: PROMETHEUS_MULTIPROC_DIR=")
     assert error.rstrip().endswith("is not a directory")
+
+
+def test_the_overhead_leaves_out_the_wait_on_the_upstream(
+    completions_gateway: Gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An engine that takes 0.5 s: the request takes that long, the gateway's own share
+    of it is small."""
+    completions_gateway.engine.push(Reply(text="word " * 20, chunk_size=2, interval=0.05))
+    with caplog.at_level("INFO", logger=ACCESS_LOGGER.name):
+        with (
+            completions_gateway.http() as http,
+            http.stream("POST", "/v1/chat/completions", json=CHAT) as r,
+        ):
+            assert r.status_code == 200 and list(r.iter_lines())
+        deadline = time.monotonic() + 2  # the line is written just after the last byte
+        while not caplog.records and time.monotonic() < deadline:
+            time.sleep(0.05)
+    line = getattr(caplog.records[0], FIELDS)
+    assert line["ms"] >= 450 and line["upstream_ms"] >= 450
+    assert line["overhead_ms"] < line["ms"] / 2, line
 
 
 def test_log_lines_are_json_with_the_request_fields(
