@@ -292,10 +292,17 @@ def test_a_50_mb_parse_is_a_413_in_the_error_shape() -> None:
         _stopped(process, signal.SIGTERM)
 
 
-def test_a_slow_client_still_sending_gets_the_413_not_a_reset() -> None:
-    """The body keeps coming for longer than the header timeout after the limit was
-    passed: it is read to its end, then answered."""
-    with _serve("--tokenizer", "none", "--header-timeout", "1") as (process, url):
+@pytest.mark.parametrize(
+    ("flags", "status", "kind"),
+    [((), 413, "request_too_large"), (("--api-key", "k"), 401, "authentication_error")],
+    ids=["too-large", "no-key"],
+)
+def test_a_slow_client_still_sending_gets_the_answer_not_a_reset(
+    flags: tuple[str, ...], status: int, kind: str
+) -> None:
+    """The body keeps coming for longer than the header timeout after the server knew
+    its answer: it is read to its end, then answered."""
+    with _serve("--tokenizer", "none", "--header-timeout", "1", *flags) as (process, url):
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
             sock.sendall(
@@ -308,5 +315,5 @@ def test_a_slow_client_still_sending_gets_the_413_not_a_reset() -> None:
                 time.sleep(0.1)  # 2.5 s in all
             answer = _response(sock)
         _stopped(process, signal.SIGTERM)
-    assert answer.startswith(b"HTTP/1.1 413")
-    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["type"] == "request_too_large"
+    assert answer.startswith(f"HTTP/1.1 {status}".encode())
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["error"]["type"] == kind

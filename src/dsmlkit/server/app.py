@@ -174,10 +174,7 @@ class RequestMiddleware:
             await send(message)
 
         try:
-            refusal = self._authorize(scope)
-            body: list[Message] = []
-            if refusal is None:
-                body, refusal = await self._read_body(scope, receive)
+            body, refusal = await self._read_body(scope, receive, self._authorize(scope))
             if refusal is not None:
                 record.fail(refusal.type, refusal.message)
                 await error_response(api, refusal, record.id)(scope, receive, send_with_id)
@@ -207,15 +204,15 @@ class RequestMiddleware:
         )
 
     async def _read_body(
-        self, scope: Scope, receive: Receive
+        self, scope: Scope, receive: Receive, refusal: ApiError | None
     ) -> tuple[list[Message], ApiError | None]:
-        """The body's messages, or the error to answer with: 413 past the size limit,
-        408 when it does not arrive within the body timeout.
+        """The body's messages, or the error to answer with: ``refusal`` if given, 413
+        past the size limit, 408 when the body does not arrive within the body timeout.
 
-        Past the limit the rest of the body is still read, and dropped, until its end or
-        the body timeout: a client that is still sending would otherwise get its
-        connection closed under it (a reset) instead of the 413. A client that waits for
-        ``100 Continue`` has sent nothing yet and gets the 413 at once.
+        A body that will be refused is still read, and dropped, until its end or the body
+        timeout: a client that is still sending would otherwise get its connection closed
+        under it (a reset) instead of the answer. A client that waits for ``100 Continue``
+        has sent nothing yet and gets the answer at once.
         """
         limit = self.state.config.max_body_bytes
         too_large = ApiError.for_status(
@@ -223,9 +220,10 @@ class RequestMiddleware:
         )
         headers = Headers(scope=scope)
         declared = headers.get("content-length", "")
-        over = declared.isdigit() and int(declared) > limit
-        if over and headers.get("expect", "").lower() == "100-continue":
-            return [], too_large
+        if refusal is None and declared.isdigit() and int(declared) > limit:
+            refusal = too_large
+        if refusal is not None and headers.get("expect", "").lower() == "100-continue":
+            return [], refusal
         messages: list[Message] = []
         size = 0
         timeout = self.state.config.body_timeout
@@ -233,17 +231,18 @@ class RequestMiddleware:
             while True:
                 message = await receive()
                 if message["type"] != "http.request":  # the client went away
-                    return ([], too_large) if over else ([*messages, message], None)
+                    return ([], refusal) if refusal else ([*messages, message], None)
                 size += len(message.get("body", b""))
-                over = over or size > limit
-                if over:
-                    messages.clear()  # nothing of it is kept while the rest is dropped
-                else:
+                if refusal is None and size > limit:
+                    refusal = too_large
+                if refusal is None:
                     messages.append(message)
+                else:
+                    messages.clear()  # nothing of it is kept while the rest is dropped
                 if not message.get("more_body", False):
-                    return ([], too_large) if over else (messages, None)
-        if over:
-            return [], too_large
+                    return ([], refusal) if refusal else (messages, None)
+        if refusal is not None:
+            return [], refusal
         return [], ApiError.for_status(
             408, f"the request body did not arrive within {timeout:g} seconds"
         )
