@@ -21,6 +21,7 @@ from dsmlkit.server.config import ConfigError
 from dsmlkit.server.reqlog import ACCESS_LOGGER, FIELDS
 from tests.server.conftest import CLIENT_TIMEOUT, Gateway
 from tests.server.fake_engine import FakeEngine, Reply
+from tests.server.test_server_cli import _exit_code
 from tests.server.test_server_local import _samples
 from tests.server.test_server_process import _free_port, _response, _serve, _stopped
 
@@ -260,6 +261,15 @@ def test_credentials_in_the_upstream_url_are_never_shown(
     for shown in (out, err, ready.text, slow.text):
         assert SECRET not in shown
     assert code == 0
+
+
+def test_a_wrong_upstream_url_is_refused_without_its_credentials(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert _exit_code(["serve", "--upstream", f"ftp://user:{SECRET}@h/v1"]) == 2
+    error = capsys.readouterr().err
+    assert "--upstream: must be an http(s) URL" in error and "'ftp://***@h/v1'" in error
+    assert SECRET not in error
 
 
 def test_credentials_stay_hidden_when_the_upstream_is_down() -> None:
