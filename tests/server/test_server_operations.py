@@ -103,14 +103,17 @@ def test_a_metrics_directory_the_operator_set_is_used_and_kept(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
-    with _serve("--tokenizer", "none") as (process, url):
-        assert httpx.post(url + "/v1/parse", json={"text": "hi"}).status_code == 200
-        deadline = time.monotonic() + 5
-        while (totals := _totals(url)).get("/v1/parse") != 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        code, _, _ = _stopped(process, signal.SIGTERM)
-    assert totals["/v1/parse"] == 1 and code == 0
-    assert {path.name.split("_")[0] for path in tmp_path.iterdir()} == {"counter", "histogram"}
+    (tmp_path / "notes.txt").write_text("the operator's own")
+    for _ in range(2):  # the second run starts afresh: the first run's files are deleted
+        with _serve("--tokenizer", "none") as (process, url):
+            assert httpx.post(url + "/v1/parse", json={"text": "hi"}).status_code == 200
+            deadline = time.monotonic() + 5
+            while (totals := _totals(url)).get("/v1/parse") != 1 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            code, _, _ = _stopped(process, signal.SIGTERM)
+        assert totals["/v1/parse"] == 1 and code == 0
+        kinds = {path.name.split("_")[0] for path in tmp_path.iterdir()}
+        assert kinds == {"counter", "histogram", "notes.txt"}
 
 
 def test_a_metrics_directory_that_is_none_cannot_start(

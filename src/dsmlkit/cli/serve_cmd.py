@@ -228,6 +228,10 @@ def run(args: argparse.Namespace) -> int:
         flag = f"--{exc.where.replace('_', '-')}: " if exc.where else ""
         return fail("serve", flag + exc.reason, EXIT_USAGE)
     try:
+        metrics_dir = metrics_directory(args.workers)  # before any metric is made
+    except ConfigError as exc:
+        return fail("serve", str(exc), EXIT_START)
+    try:
         app = create_app(config)
     except Exception as exc:  # a tokenizer that cannot be loaded, reported plainly
         return fail("serve", f"--tokenizer: {exc}", EXIT_INPUT)
@@ -235,11 +239,6 @@ def run(args: argparse.Namespace) -> int:
         sock = listening_socket(args.host, args.port)
     except OSError as exc:
         return fail("serve", f"cannot listen on {args.host}:{args.port}: {exc}", EXIT_START)
-    try:
-        metrics_dir = metrics_directory(args.workers)
-    except ConfigError as exc:
-        sock.close()
-        return fail("serve", str(exc), EXIT_START)
     configure_logging(args.log_level)
     state: ServerState = app.state.dsmlkit
     asyncio.run(_read_engines(state))

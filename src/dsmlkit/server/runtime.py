@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import glob
 import json
 import logging
 import math
@@ -162,17 +163,21 @@ def app_from_environment() -> Any:
 
 
 def metrics_directory(workers: int) -> contextlib.AbstractContextManager[None]:
-    """Where the worker processes' metrics meet, for the time the server runs.
+    """Where the worker processes' metrics meet, for the time the server runs; call it
+    before any metric is made.
 
-    A ``PROMETHEUS_MULTIPROC_DIR`` the operator set is used as it is (it must be a
-    directory; ``prometheus_client`` wants it empty at start). Otherwise, with several
-    workers, a fresh private directory is made before they start (they inherit it through
-    the environment) and removed when the server has stopped; one worker needs none.
+    A ``PROMETHEUS_MULTIPROC_DIR`` the operator set must be a directory; it is kept, but
+    the metric files of an earlier run are deleted from it now, as ``prometheus_client``
+    asks. Otherwise, with several workers, a fresh private directory is made before they
+    start (they inherit it through the environment) and removed when the server has
+    stopped; one worker needs none.
     """
     given = os.environ.get(MULTIPROC_ENV)
     if given is not None:
         if not os.path.isdir(given):
             raise ConfigError("is not a directory", f"{MULTIPROC_ENV}={given!r}")
+        for stale in glob.glob(os.path.join(glob.escape(given), "*.db")):
+            os.remove(stale)
         return contextlib.nullcontext()
     if workers == 1:
         return contextlib.nullcontext()
