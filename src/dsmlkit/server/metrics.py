@@ -54,7 +54,7 @@ class Metrics:
     """Every metric the server exports."""
 
     def __init__(self) -> None:
-        self.multiprocess = MULTIPROC_ENV in os.environ
+        self._multiprocess = MULTIPROC_ENV in os.environ
         self._registry = registry = CollectorRegistry()
         self.requests = Counter(
             "dsmlkit_requests_total",
@@ -143,7 +143,7 @@ class Metrics:
     def render(self) -> bytes:
         """The exposition text (:data:`CONTENT_TYPE`): this app's metrics, or in
         multiprocess mode those of every process sharing the directory."""
-        if not self.multiprocess:
+        if not self._multiprocess:
             return generate_latest(self._registry)
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]  # not annotated
