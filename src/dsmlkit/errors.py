@@ -95,14 +95,18 @@ class UpstreamError(DsmlkitError):
 
     ``auth`` is an upstream 401/403 to the gateway's own key and ``reported`` an error the
     upstream sent inside a stream it had accepted: both the gateway's problem (502), never
-    the client's.
+    the client's. ``url`` names what was asked, without credentials, for the server's own
+    log: the message, which clients may see, never holds an upstream URL.
     """
 
-    def __init__(self, kind: UpstreamKind, message: str, status: int | None = None) -> None:
+    def __init__(
+        self, kind: UpstreamKind, message: str, status: int | None = None, url: str | None = None
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.status = status
+        self.url = url
 
 
 def install_hint(extra: str) -> str:

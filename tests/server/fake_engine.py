@@ -112,6 +112,8 @@ class FakeEngine:
     disconnects: int = 0
     #: ``on_chunk(request_body, chunk)`` is called just before a chunk is sent.
     on_chunk: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    #: Seconds ``/tokenize`` waits before it answers.
+    tokenize_delay: float = 0.0
 
     def push(self, *replies: Reply) -> None:
         self.script.extend(replies)
@@ -167,6 +169,7 @@ class FakeEngine:
         return f"The model `{model}` does not exist."
 
     async def _tokenize(self, send: Send, request: dict[str, Any]) -> None:
+        await asyncio.sleep(self.tokenize_delay)
         if (unknown := self._unknown_model(request)) is not None:
             await _send_error(send, 404, unknown, "NotFoundError", "model")
             return

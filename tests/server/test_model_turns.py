@@ -18,6 +18,7 @@ import openai
 import pytest
 
 from dsmlkit.dialects import V4_1
+from dsmlkit.server.reqlog import FIELDS
 from tests.helpers import write_block
 from tests.server.conftest import CLIENT_TIMEOUT, Gateway
 from tests.server.fake_engine import HOSTED_REASONING_RULE, FakeEngine, Reply
@@ -89,7 +90,7 @@ def access_lines(caplog: pytest.LogCaptureFixture, count: int) -> list[dict[str,
     """The request log lines, once ``count`` are written (after each answer's last byte)."""
     deadline = time.monotonic() + 2
     while True:
-        lines = [json.loads(r.getMessage()) for r in caplog.records if r.name.endswith(".access")]
+        lines = [getattr(r, FIELDS) for r in caplog.records if r.name.endswith(".access")]
         if len(lines) >= count or time.monotonic() > deadline:
             return lines
         time.sleep(0.01)

@@ -6,7 +6,6 @@ Driven through the official SDKs against the fake engine; the engine's received 
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, cast
 
@@ -15,6 +14,7 @@ from anthropic.types import ToolParam
 
 from dsmlkit.dialects import V4_1
 from dsmlkit.server import ServerConfig, create_app
+from dsmlkit.server.reqlog import FIELDS
 from tests.helpers import write_block
 from tests.server.conftest import Gateway
 from tests.server.fake_engine import FakeEngine, Reply
@@ -224,7 +224,7 @@ def test_the_log_line_counts_restored_turns(
     call_id = first_turn(text_gateway, "openai", False).calls[0][0]
 
     def restored_counts() -> list[int]:
-        lines = [json.loads(record.getMessage()) for record in caplog.records]
+        lines = [getattr(record, FIELDS) for record in caplog.records]
         return [line.get("reasoning_restored", 0) for line in lines]
 
     with caplog.at_level("INFO", logger="dsmlkit.server.access"):

@@ -164,7 +164,7 @@ def test_client_disconnect_closes_the_upstream_request(
     with httpx.Client(base_url=gateway.url, timeout=0.5) as http, pytest.raises(httpx.ReadTimeout):
         http.post(path, json=body)
     assert _wait_for(lambda: engine.disconnects == 2)
-    sample = f'dsmlkit_request_errors_total{{route="{path}",type="client_disconnected"}} 2'
+    sample = f'dsmlkit_request_errors_total{{route="{path}",type="client_disconnected"}} 2.0'
 
     def recorded() -> bool:
         with gateway.http() as http:

@@ -18,7 +18,7 @@ from dsmlkit.errors import install_hint
 from dsmlkit.render import render_conversation
 from dsmlkit.render.tokens import load_tokenizer
 from dsmlkit.server import ServerConfig, create_app
-from dsmlkit.server.reqlog import ACCESS_LOGGER
+from dsmlkit.server.reqlog import ACCESS_LOGGER, FIELDS
 from tests.helpers import write_block
 
 CHAT = {
@@ -293,7 +293,7 @@ def test_metrics_and_log_line(caplog: pytest.LogCaptureFixture) -> None:
             client.post("/v1/parse", json={"text": OUTPUT + " after"})
             client.post("/v1/parse", json={})
             client.get("/no-such-route")
-        lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == ACCESS_LOGGER.name]
+        lines = [getattr(r, FIELDS) for r in caplog.records if r.name == ACCESS_LOGGER.name]
         exposition = client.get("/metrics")
     assert exposition.headers["content-type"].startswith("text/plain; version=0.0.4")
     samples = _samples(exposition.text)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import math
 import os
 import socket
 from typing import TYPE_CHECKING, Any
@@ -71,13 +72,15 @@ def _port(text: str) -> int:
 
 
 def _positive(kind: type[int] | type[float]) -> Any:
+    """A flag type for a finite positive number (``nan`` and ``inf`` are refused)."""
+
     def convert(text: str) -> int | float:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text} must be positive")
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"{text} must be positive and finite")
         return value
 
     return convert
@@ -214,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
 
         from dsmlkit.server import ServerConfig, create_app
         from dsmlkit.server.config import ConfigError, load_config_file
-        from dsmlkit.server.runtime import configure_logging, serve
+        from dsmlkit.server.runtime import configure_logging, metrics_directory, serve
     except ImportError as exc:
         missing = f"needs the server extra ({exc.name} is missing)"
         return fail("serve", f"{missing}: {install_hint('server')}", EXIT_START)
@@ -256,6 +259,10 @@ def run(args: argparse.Namespace) -> int:
             flag = f"${STATE_SECRET_ENV}: "
         return fail("serve", flag + exc.reason, EXIT_USAGE)
     try:
+        metrics_dir = metrics_directory(args.workers)  # before any metric is made
+    except ConfigError as exc:
+        return fail("serve", str(exc), EXIT_START)
+    try:
         app = create_app(config)
     except Exception as exc:  # a tokenizer that cannot be loaded, reported plainly
         return fail("serve", f"--tokenizer: {exc}", EXIT_INPUT)
@@ -280,13 +287,14 @@ def run(args: argparse.Namespace) -> int:
         os.environ[CONFIG_ENV] = settings_to_environment(config)
         os.environ[LOG_LEVEL_ENV] = args.log_level
         target = "dsmlkit.server.runtime:app_from_environment"
-    serve(
-        target,
-        sock,
-        workers=args.workers,
-        log_level=args.log_level,
-        header_timeout=args.header_timeout,
-    )
+    with metrics_dir:
+        serve(
+            target,
+            sock,
+            workers=args.workers,
+            log_level=args.log_level,
+            header_timeout=args.header_timeout,
+        )
     return EXIT_OK
 
 
@@ -328,7 +336,7 @@ def _banner(host: str, port: int, state: ServerState, problems: list[str]) -> st
     for model in state.models:
         names = ", ".join(model.config.names)
         lines.append(f"  model {names}: dialect {model.dialect}")
-        endpoint = model.config.upstream_endpoint
+        endpoint = model.config.shown_endpoint
         if endpoint is None:
             lines.append("    gateway: off (no --upstream)")
         else:

@@ -127,6 +127,8 @@ async def _api_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _upstream_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, UpstreamError)
+    if exc.url is not None:  # the client's answer does not name it; the log does
+        LOGGER.warning("request %s: %s: %s", record_of(request).id, exc.url, exc.message)
     return _respond(request, gateway.upstream_api_error(exc))
 
 
@@ -173,10 +175,7 @@ class RequestMiddleware:
             await send(message)
 
         try:
-            refusal = self._authorize(scope)
-            body: list[Message] = []
-            if refusal is None:
-                body, refusal = await self._read_body(scope, receive)
+            body, refusal = await self._read_body(scope, receive, self._authorize(scope))
             if refusal is not None:
                 record.fail(refusal.type, refusal.message)
                 await error_response(api, refusal, record.id)(scope, receive, send_with_id)
@@ -206,31 +205,45 @@ class RequestMiddleware:
         )
 
     async def _read_body(
-        self, scope: Scope, receive: Receive
+        self, scope: Scope, receive: Receive, refusal: ApiError | None
     ) -> tuple[list[Message], ApiError | None]:
-        """The body's messages, or the error to answer with: 413 past the size limit,
-        408 when it does not arrive within the body timeout."""
+        """The body's messages, or the error to answer with: ``refusal`` if given, 413
+        past the size limit, 408 when the body does not arrive within the body timeout.
+
+        A body that will be refused is still read, and dropped, until its end or the body
+        timeout: a client that is still sending would otherwise get its connection closed
+        under it (a reset) instead of the answer. A client that waits for ``100 Continue``
+        has sent nothing yet and gets the answer at once.
+        """
         limit = self.state.config.max_body_bytes
         too_large = ApiError.for_status(
             413, f"the request body is larger than the server's limit of {limit} bytes"
         )
-        declared = Headers(scope=scope).get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            return [], too_large
+        headers = Headers(scope=scope)
+        declared = headers.get("content-length", "")
+        if refusal is None and declared.isdigit() and int(declared) > limit:
+            refusal = too_large
+        if refusal is not None and headers.get("expect", "").lower() == "100-continue":
+            return [], refusal
         messages: list[Message] = []
         size = 0
         timeout = self.state.config.body_timeout
         with anyio.move_on_after(timeout):
             while True:
                 message = await receive()
-                messages.append(message)
-                if message["type"] != "http.request":
-                    return messages, None  # the client went away; the app will see it
+                if message["type"] != "http.request":  # the client went away
+                    return ([], refusal) if refusal else ([*messages, message], None)
                 size += len(message.get("body", b""))
-                if size > limit:
-                    return [], too_large
+                if refusal is None and size > limit:
+                    refusal = too_large
+                if refusal is None:
+                    messages.append(message)
+                else:
+                    messages.clear()  # nothing of it is kept while the rest is dropped
                 if not message.get("more_body", False):
-                    return messages, None
+                    return ([], refusal) if refusal else (messages, None)
+        if refusal is not None:
+            return [], refusal
         return [], ApiError.for_status(
             408, f"the request body did not arrive within {timeout:g} seconds"
         )

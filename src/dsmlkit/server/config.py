@@ -8,6 +8,7 @@ lists several. :func:`load_config_file` reads the TOML file.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from collections.abc import Mapping
@@ -41,6 +42,14 @@ MODEL_KEYS = (
     "upstream_model",
     "tokenizer",
 )
+
+
+def redacted(url: str) -> str:
+    """``url`` fit to print or log: a user and password in it become ``***``."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
 
 
 class ConfigError(CallerError):
@@ -83,7 +92,7 @@ class ModelConfig:
             if parts.scheme not in ("http", "https") or not parts.netloc:
                 raise ConfigError(
                     f"must be an http(s) URL such as http://127.0.0.1:8000/v1, "
-                    f"not {self.upstream!r}",
+                    f"not {redacted(self.upstream)!r}",
                     "upstream",
                 )
 
@@ -109,6 +118,12 @@ class ModelConfig:
         if _VERSION_SEGMENT.search(path):
             return base + route
         return base + "/v1" + route
+
+    @property
+    def shown_endpoint(self) -> str | None:
+        """:attr:`upstream_endpoint` fit to print (no credentials, see :func:`redacted`)."""
+        endpoint = self.upstream_endpoint
+        return None if endpoint is None else redacted(endpoint)
 
     @property
     def upstream_api_base(self) -> str | None:
@@ -170,8 +185,9 @@ class ServerConfig:
             "body_timeout",
             "shutdown_grace",
         ):
-            if getattr(self, name) <= 0:
-                raise ConfigError("must be positive", name)
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"must be positive and finite, not {value!r}", name)
         if self.max_body_bytes <= 0:
             raise ConfigError("must be positive", "max_body_bytes")
         try:
@@ -229,6 +245,8 @@ def load_config_file(path: str | Path) -> tuple[ModelConfig, ...]:
         raise ConfigError("is not UTF-8 text", where) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"is not valid TOML: {exc}", where) from None
+    except RecursionError:  # the parser recurses once per level of arrays and tables
+        raise ConfigError("is nested too deeply to be a models file", where) from None
     unknown = sorted(set(data) - {"models"})
     if unknown:
         raise ConfigError(f"unknown top-level key {unknown[0]!r} (only [[models]])", where)

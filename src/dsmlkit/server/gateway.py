@@ -139,17 +139,18 @@ class _Upstream:
         self._endpoint = endpoint
         self._key = key
         self.stream = stream
-        self._earlier_seconds = 0.0
+        self._earlier: list[UpstreamStream] = []
 
     async def follow(self, body: dict[str, Any]) -> None:
         """Close the current request and open the next."""
         await self.stream.aclose()
-        self._earlier_seconds += self.stream.seconds
+        self._earlier.append(self.stream)
         self.stream = await _send(self._client, self._endpoint, self._key, body)
 
     @property
-    def seconds(self) -> float:
-        return self._earlier_seconds + self.stream.seconds
+    def streams(self) -> list[UpstreamStream]:
+        """Every request of the answer so far, the open one last."""
+        return [*self._earlier, self.stream]
 
     async def aclose(self) -> None:
         await self.stream.aclose()
@@ -180,7 +181,7 @@ async def _gateway(request: Request, api: Api) -> Response:
     endpoint = state.endpoint(model)
     key = _upstream_key(state, request)
     if model.config.upstream_api == "completions":
-        plan = await _completions_plan(state, model, api, body, key[0])
+        plan = await _completions_plan(state, model, api, body, key[0], record)
     else:
         plan = await anyio.to_thread.run_sync(_chat_plan, model, api, body, state.keys)
     req = plan.req
@@ -253,14 +254,21 @@ async def _gateway(request: Request, api: Api) -> Response:
 
 
 async def _completions_plan(
-    state: ServerState, model: ServedModel, api: Api, body: Any, key: str | None
+    state: ServerState,
+    model: ServedModel,
+    api: Api,
+    body: Any,
+    key: str | None,
+    record: RequestRecord,
 ) -> _Plan:
     prepared = await anyio.to_thread.run_sync(prepare, state, api, body)
     req = prepared.req
     prompt: list[int] | str = (
         prepared.token_ids if prepared.token_ids is not None else prepared.encoded.text
     )
+    asked = time.perf_counter()
     prompt_tokens = await prompt_length(state, prepared, key)
+    record.upstream_wait = time.perf_counter() - asked  # the engine's /tokenize count
     first_prompt = prompt
 
     def make_body(prompt: list[int] | str, extra_stop: Sequence[str]) -> dict[str, Any]:
@@ -495,7 +503,10 @@ async def _stream_body(
 
 async def _finish_upstream(upstream: _Upstream, record: RequestRecord) -> None:
     await upstream.aclose()
-    record.upstream_seconds = upstream.seconds
+    streams = upstream.streams
+    record.upstream_seconds = sum(stream.seconds for stream in streams)
+    record.upstream_wait = (record.upstream_wait or 0.0) + sum(s.waited for s in streams)
+    record.chunk_overheads = [gap for stream in streams for gap in stream.gaps]
 
 
 async def _cancel_on_disconnect(

@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, Response
 
 from dsmlkit.api import call_id_factory, parse_options
 from dsmlkit.api.common import Api, ParseOptions
@@ -18,6 +18,7 @@ from dsmlkit.render import RenderResult
 from dsmlkit.render.tokens import PromptTokenizer
 from dsmlkit.server.apis import build_response, new_response_id
 from dsmlkit.server.jsonbody import decode_body
+from dsmlkit.server.metrics import CONTENT_TYPE
 from dsmlkit.server.prepare import model_of, prepare, prompt_length, restore_history
 from dsmlkit.server.state import record_of, state_of
 
@@ -70,7 +71,7 @@ async def ready(request: Request) -> JSONResponse:
         facts = model.engine.facts
         models[model.name] = {
             "ready": not problems,
-            "upstream": model.config.upstream_endpoint,
+            "upstream": model.config.shown_endpoint,
             "engine_model": model.engine_model,
             "max_model_len": model.max_model_len,
             "served": list(facts.served) if facts is not None else None,
@@ -107,10 +108,8 @@ async def models(request: Request) -> dict[str, Any]:
 
 
 @router.get("/metrics")
-async def metrics(request: Request) -> PlainTextResponse:
-    return PlainTextResponse(
-        state_of(request).metrics.render(), media_type="text/plain; version=0.0.4"
-    )
+async def metrics(request: Request) -> Response:
+    return Response(state_of(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
 @router.post("/v1/chat/completions/render")

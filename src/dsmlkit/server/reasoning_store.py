@@ -27,7 +27,6 @@ failure is logged and ``/ready`` reports the store (``check``).
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 from collections import Counter
 from collections.abc import Iterable
@@ -44,6 +43,7 @@ from dsmlkit.server.model_turns import (
     reconcile,
     reconcile_function,
 )
+from dsmlkit.server.reqlog import log_event
 from dsmlkit.server.sealing import KeyRing
 from dsmlkit.server.state_store import DEFAULT_TTL, StateStore, StateStoreUnavailable
 
@@ -247,23 +247,27 @@ class ReasoningMemory:
     def _failed(self, exc: StateStoreUnavailable) -> str:
         if not self._failing:
             self._failing = True
-            LOGGER.warning(
-                json.dumps(
-                    {
-                        "event": "state_store_unavailable",
-                        "store": self.store.description,
-                        "error": exc.message,
-                        "effect": "answers are served without the reasoning round trip",
-                    }
-                )
+            log_event(
+                LOGGER,
+                logging.WARNING,
+                f"state_store_unavailable: {exc.message}",
+                {
+                    "event": "state_store_unavailable",
+                    "store": self.store.description,
+                    "error": exc.message,
+                    "effect": "answers are served without the reasoning round trip",
+                },
             )
         return exc.message
 
     def _recovered(self) -> None:
         if self._failing:
             self._failing = False
-            LOGGER.warning(
-                json.dumps({"event": "state_store_recovered", "store": self.store.description})
+            log_event(
+                LOGGER,
+                logging.WARNING,
+                "state_store_recovered",
+                {"event": "state_store_recovered", "store": self.store.description},
             )
 
 

@@ -2,11 +2,12 @@
 
 The record lives in the ASGI scope's state (``request.state.record``) from the moment the
 request arrives until its last byte is sent, so streaming handlers can keep adding to it.
+Structured lines (the request records, state store events) go through :func:`log_event`:
+the fields ride on the log record and the JSON formatter writes them out in one go.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import time
@@ -16,6 +17,14 @@ from typing import Any
 
 #: The logger that receives one JSON line per request (level INFO).
 ACCESS_LOGGER = logging.getLogger("dsmlkit.server.access")
+#: The attribute of a log record that holds a structured line's fields.
+FIELDS = "dsmlkit_fields"
+
+
+def log_event(logger: logging.Logger, level: int, message: str, fields: dict[str, Any]) -> None:
+    """Log ``message`` (what a plain handler shows) with ``fields`` (what the JSON
+    formatter writes: the fields, with the time, level and logger added)."""
+    logger.log(level, message, extra={FIELDS: fields})
 
 
 def new_request_id() -> str:
@@ -41,6 +50,11 @@ class RequestRecord:
     parsed: bool = False
     parse_seconds: float = 0.0
     upstream_seconds: float | None = None
+    #: Time spent waiting on the upstream (see :attr:`overhead`): its ``/tokenize`` count of
+    #: a text prompt, its answer's headers and each read of its stream.
+    upstream_wait: float | None = None
+    #: The gateway's own time per read of the upstream stream (arrival to the next read).
+    chunk_overheads: list[float] = field(default_factory=list)
     #: Assistant turns whose dropped reasoning the gateway put back.
     reasoning_restored: int = 0
     #: What the client really changed in turns the model wrote (used as sent), by part.
@@ -51,6 +65,14 @@ class RequestRecord:
     error_message: str | None = None
     duration: float = 0.0
 
+    @property
+    def overhead(self) -> float | None:
+        """The gateway's own time: the wall time minus the upstream wait (gateway requests
+        whose upstream answered)."""
+        if self.upstream_seconds is None or self.upstream_wait is None:
+            return None
+        return max(0.0, self.duration - self.upstream_wait)
+
     def fail(self, error_type: str, message: str) -> None:
         """Note the error this request ended in (the first one wins)."""
         if self.error_type is None:
@@ -60,7 +82,12 @@ class RequestRecord:
     def finish(self) -> None:
         """Stop the clock and write the log line."""
         self.duration = time.perf_counter() - self.started
-        ACCESS_LOGGER.info(json.dumps(self.log_fields(), ensure_ascii=False))
+        log_event(
+            ACCESS_LOGGER,
+            logging.INFO,
+            f"{self.method} {self.route} {self.status} {self.id}",
+            self.log_fields(),
+        )
 
     def log_fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {
@@ -84,6 +111,7 @@ class RequestRecord:
                 if self.upstream_seconds is not None
                 else None
             ),
+            "overhead_ms": (round(self.overhead * 1000, 3) if self.overhead is not None else None),
             "reasoning_restored": self.reasoning_restored or None,
             "history_changed": dict(self.history_changed) or None,
             "state_error": self.state_error,

@@ -9,27 +9,33 @@
   with an error event (see :func:`dsmlkit.server.app.create_app`), before uvicorn's own
   timeout (two seconds later) closes what is left;
 * ``--workers N`` runs N processes on one socket; each builds its app with
-  :func:`app_from_environment` from the settings the parent put in the environment.
+  :func:`app_from_environment` from the settings the parent put in the environment, and
+  their metrics meet in one directory (:func:`metrics_directory`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import glob
 import json
 import logging
 import math
 import os
 import socket
 import sys
+import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from dsmlkit.server.app import create_app
-from dsmlkit.server.config import ModelConfig, ServerConfig
-from dsmlkit.server.reqlog import ACCESS_LOGGER
+from dsmlkit.server.config import ConfigError, ModelConfig, ServerConfig
+from dsmlkit.server.metrics import MULTIPROC_ENV
+from dsmlkit.server.reqlog import ACCESS_LOGGER, FIELDS
 
 #: The environment variable that carries the settings to ``--workers`` processes.
 CONFIG_ENV = "DSMLKIT_SERVE_SETTINGS"
@@ -37,27 +43,21 @@ LOG_LEVEL_ENV = "DSMLKIT_LOG_LEVEL"
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line. Request records (already JSON) pass as they are; a
-    message that is a JSON object keeps its fields, with the level and logger added."""
+    """One JSON object per line, written by one ``json.dumps``: a structured line's fields
+    (:func:`~dsmlkit.server.reqlog.log_event`), else ``event: log`` and the message; then
+    the time, level and logger, and a traceback as ``exception``."""
 
     def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage()
-        if record.name == ACCESS_LOGGER.name:
-            return message
-        fields: dict[str, Any] = {"event": "log", "message": message}
-        if message.startswith("{"):
-            try:
-                parsed = json.loads(message)
-            except ValueError:
-                parsed = None
-            if isinstance(parsed, dict):
-                fields = parsed
-        fields.update(
+        fields: dict[str, Any] | None = getattr(record, FIELDS, None)
+        line: dict[str, Any] = (
+            dict(fields) if fields is not None else {"event": "log", "message": record.getMessage()}
+        )
+        line.update(
             time=round(record.created, 3), level=record.levelname.lower(), logger=record.name
         )
         if record.exc_info:
-            fields["exception"] = self.formatException(record.exc_info)
-        return json.dumps(fields, ensure_ascii=False)
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
 
 
 def configure_logging(level: str) -> None:
@@ -71,7 +71,7 @@ def configure_logging(level: str) -> None:
         logger = logging.getLogger(name)
         logger.handlers[:] = []
         logger.propagate = True
-    logging.getLogger("dsmlkit.server.access").setLevel(logging.INFO)
+    ACCESS_LOGGER.setLevel(logging.INFO)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request
     logging.captureWarnings(True)
 
@@ -160,6 +160,38 @@ def app_from_environment() -> Any:
         ModelConfig(**{**model, "aliases": tuple(model["aliases"])}) for model in data["models"]
     )
     return create_app(ServerConfig(**{**data, "models": models}))
+
+
+def metrics_directory(workers: int) -> contextlib.AbstractContextManager[None]:
+    """Where the worker processes' metrics meet, for the time the server runs; call it
+    before any metric is made.
+
+    A ``PROMETHEUS_MULTIPROC_DIR`` the operator set must be a directory; it is kept, but
+    the metric files of an earlier run are deleted from it now, as ``prometheus_client``
+    asks. Otherwise, with several workers, a fresh private directory is made before they
+    start (they inherit it through the environment) and removed when the server has
+    stopped; one worker needs none.
+    """
+    given = os.environ.get(MULTIPROC_ENV)
+    if given is not None:
+        if not os.path.isdir(given):
+            raise ConfigError("is not a directory", f"{MULTIPROC_ENV}={given!r}")
+        for stale in glob.glob(os.path.join(glob.escape(given), "*.db")):
+            os.remove(stale)
+        return contextlib.nullcontext()
+    if workers == 1:
+        return contextlib.nullcontext()
+    return _private_metrics_directory()
+
+
+@contextlib.contextmanager
+def _private_metrics_directory() -> Iterator[None]:
+    with tempfile.TemporaryDirectory(prefix="dsmlkit-metrics-") as path:
+        os.environ[MULTIPROC_ENV] = path
+        try:
+            yield
+        finally:
+            del os.environ[MULTIPROC_ENV]
 
 
 def serve(

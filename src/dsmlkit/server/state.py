@@ -199,7 +199,9 @@ class ServerState:
             )
         except UpstreamError as exc:
             model.engine = EngineStatus(model.engine.facts, exc.message)
-            LOGGER.warning("model %s: engine not read: %s", model.name, exc.message)
+            LOGGER.warning(
+                "model %s: engine not read: %s (%s)", model.name, exc.message, exc.url or "-"
+            )
             return
         model.engine = EngineStatus(facts, None)
         model.plan = TokenPlan.decide(model.tokenizer, model.tokenizer_description, facts)

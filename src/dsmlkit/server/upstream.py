@@ -11,11 +11,13 @@ import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import httpx
 
 from dsmlkit.errors import UpstreamError
+from dsmlkit.server.config import redacted
 
 #: How much of an upstream error body is read to quote its message.
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -52,6 +54,10 @@ class UpstreamStream:
     from sending the request to the end of the stream (or to now, while it runs). Past
     ``deadline`` (a :func:`time.monotonic` time) the stream fails as a timeout.
 
+    ``waited`` is the part of that time spent waiting on the upstream (for the response
+    headers, then for each read of the body); ``gaps`` holds the gateway's own time per read,
+    from its arrival to the next read (or to the end of the stream).
+
     A response closed at ``[DONE]`` closes its connection rather than reading on to the end
     of the body to pool it: with many streams open, httpcore's pool walks every pooled
     connection on each request, which costs more CPU than the new connection.
@@ -63,6 +69,9 @@ class UpstreamStream:
         self._sent_at = sent_at
         self._deadline = deadline
         self._ended_at: float | None = None
+        self._arrived: float | None = None  # when the last read came, while it is handled
+        self.waited = time.perf_counter() - sent_at
+        self.gaps: list[float] = []
 
     @property
     def seconds(self) -> float:
@@ -98,24 +107,37 @@ class UpstreamStream:
         except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
             raise UpstreamError("broken", f"the upstream stream broke off: {exc}") from exc
         finally:
-            self._ended_at = time.perf_counter()
+            self._ended_at = self._handled()
 
     async def _blocks(self) -> AsyncIterator[bytes]:
         """The body's bytes as they are read, each read awaited no later than the deadline."""
         while True:
+            asked = self._handled()
             with anyio.move_on_after(self._deadline - time.monotonic()) as scope:
                 try:
                     block = await self._body.__anext__()
                 except StopAsyncIteration:
                     return
+                finally:
+                    self.waited += time.perf_counter() - asked
             if scope.cancelled_caught:
                 raise UpstreamError(
                     "timeout", "the upstream request ran past the gateway's deadline"
                 )
+            self._arrived = time.perf_counter()
             yield block
+
+    def _handled(self) -> float:
+        """Now; the read that arrived last is handled (its gap is noted once)."""
+        now = time.perf_counter()
+        if self._arrived is not None:
+            self.gaps.append(now - self._arrived)
+            self._arrived = None
+        return now
 
     async def aclose(self) -> None:
         """Close the response (also when the client went away: shielded from cancellation)."""
+        self._handled()
         with anyio.CancelScope(shield=True):
             await self._response.aclose()
 
@@ -236,7 +258,7 @@ class UpstreamClient:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
         self._client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
         self._deadline = deadline
-        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
 
     async def open_stream(
         self,
@@ -288,30 +310,38 @@ class UpstreamClient:
 
     async def get_json(self, url: str, api_key: str | None, body: Any = None) -> Any:
         """GET (or, with ``body``, POST) ``url`` and decode its JSON answer, within the
-        connect timeout; every failure raises :class:`UpstreamError`."""
+        upstream timeout; every failure raises :class:`UpstreamError`, whose message
+        names the engine's route (``the engine's /tokenize``), not the URL."""
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+        said = f"the engine's {urlsplit(url).path or '/'}"
+        shown = redacted(url)
         try:
-            with anyio.fail_after(self._connect_timeout):
+            with anyio.fail_after(self._read_timeout):
                 if body is None:
                     response = await self._client.get(url, headers=headers)
                 else:
                     response = await self._client.post(url, json=body, headers=headers)
         except (TimeoutError, httpx.TimeoutException) as exc:
-            raise UpstreamError("timeout", f"{url} did not answer in time") from exc
+            raise UpstreamError("timeout", f"{said} did not answer in time", url=shown) from exc
         except httpx.DecodingError as exc:
-            raise UpstreamError("malformed", f"{url}: the body cannot be decoded: {exc}") from exc
+            raise UpstreamError(
+                "malformed", f"{said}: the body cannot be decoded: {exc}", url=shown
+            ) from exc
         except httpx.HTTPError as exc:
-            raise UpstreamError("connect", f"cannot reach {url}: {exc}") from exc
+            raise UpstreamError("connect", f"cannot reach {said}: {exc}", url=shown) from exc
         if response.status_code >= 400:
             raise UpstreamError(
                 "status",
-                f"{url} answered {response.status_code}: {error_message(response.content)}",
+                f"{said} answered {response.status_code}: {error_message(response.content)}",
                 status=response.status_code,
+                url=shown,
             )
         try:
             return response.json()
         except ValueError:
-            raise UpstreamError("malformed", f"{url} did not answer with JSON") from None
+            raise UpstreamError(
+                "malformed", f"{said} did not answer with JSON", url=shown
+            ) from None
 
     async def aclose(self) -> None:
         await self._client.aclose()
