@@ -46,9 +46,15 @@ def error_body(api: Api, err: ApiError, request_id: str) -> dict[str, Any]:
     return openai_error_body(err)
 
 
+#: Statuses a client must not retry: the same key gets the same answer. The official SDKs
+#: (and Claude Code) honour ``x-should-retry: false`` and stop at once.
+NO_RETRY_STATUSES = (401, 403)
+
+
 def error_response(api: Api, err: ApiError, request_id: str) -> JSONResponse:
-    """A complete error response in ``api``'s envelope."""
-    return JSONResponse(error_body(api, err, request_id), status_code=err.status)
+    """A complete error response in ``api``'s envelope (401 and 403 say not to retry)."""
+    headers = {"x-should-retry": "false"} if err.status in NO_RETRY_STATUSES else None
+    return JSONResponse(error_body(api, err, request_id), status_code=err.status, headers=headers)
 
 
 def error_frame(api: Api, err: ApiError, request_id: str) -> str:
