@@ -13,6 +13,7 @@ client's API shape: a status before the stream starts, an error event after.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import Counter
@@ -52,12 +53,13 @@ from dsmlkit.server.apis import (
 )
 from dsmlkit.server.chat_repair import ChatRepair
 from dsmlkit.server.forced import (
+    HELD_BACK,
+    CallGate,
     CompletionsAnswer,
     Resume,
     chat_fallback_body,
     cut_ending,
-    first_call_only,
-    one_call_only,
+    missing_call,
 )
 from dsmlkit.server.local_routes import read_json
 from dsmlkit.server.prepare import model_of, prepare, prompt_length
@@ -108,9 +110,9 @@ class _Plan:
 
     Forced calls (:mod:`.forced`): ``opening`` are events of text the gateway wrote into the
     answer itself; ``resume`` says after each upstream stream what follows (events, and
-    the next upstream body or None); ``one_call`` cuts the answer after its first call;
-    ``fallback_body`` is retried once when the upstream answers 400; ``require_call``
-    turns an answer without a call into an error (the fallback could not force one).
+    the next upstream body or None); ``fallback_body`` is retried once when the upstream
+    answers 400 (``fell_back``: it was). What reaches the client passes a
+    :class:`~.forced.CallGate` in every mode.
     """
 
     req: ChatRequest
@@ -120,9 +122,8 @@ class _Plan:
     prompt_tokens: int | None
     opening: list[Event] = field(default_factory=list)
     resume: Resume | None = None
-    one_call: bool = False
     fallback_body: dict[str, Any] | None = None
-    require_call: bool = False
+    fell_back: bool = False
 
 
 class _Upstream:
@@ -291,7 +292,6 @@ async def _completions_plan(
         prompt_tokens,
         opening=answer.opening,
         resume=answer.resume,
-        one_call=one_call_only(req),
     )
 
 
@@ -325,7 +325,6 @@ def _chat_plan(model: ServedModel, api: Api, body: Any, seal_key: bytes) -> _Pla
         feed,
         repair.close,
         None,
-        one_call=one_call_only(req),
         fallback_body=chat_fallback_body(req, upstream_body),
     )
 
@@ -351,7 +350,7 @@ async def _open(
             raise
         record.diagnostics["tool_choice_fallback"] += 1
         stream = await _send(upstream, endpoint, key, plan.fallback_body)
-        return stream, replace(plan, require_call=True)
+        return stream, replace(plan, fell_back=True)
 
 
 def _upstream_key(state: ServerState, request: Request) -> _Key:
@@ -378,9 +377,11 @@ async def _events(
     one ``frames.feed`` call, so the bytes do not depend on how reads fall.
     """
     answer = AnswerTracker()
-    if plan.opening:
-        answer.add(plan.opening)
-        yield [_noted(record, plan.opening)]
+    gate = CallGate(plan.req)
+    opening = gate.feed(plan.opening)[0]
+    if opening:
+        answer.add(opening)
+        yield [_noted(record, opening)]
     spent = 0  # completion tokens of earlier upstream requests of this answer
     while True:
         finish: str | None = None
@@ -393,9 +394,7 @@ async def _events(
                 if isinstance(usage, Mapping):
                     outcome.usage = _added_usage(outcome.usage, _usage(usage), spent)
                 for choice in chunk.get("choices") or ():
-                    events = _timed(record, plan.feed, choice)
-                    if plan.one_call:
-                        events, cut = first_call_only(events)
+                    events, cut = gate.feed(_timed(record, plan.feed, choice))
                     if events:
                         answer.add(events)
                         batch.append(_noted(record, events))
@@ -421,23 +420,22 @@ async def _events(
             outcome.stop_sequence = stop_reason
         spent = outcome.usage.completion_tokens if outcome.usage is not None else spent
         follow = plan.resume(finish, stop_reason, spent) if plan.resume else ([], None)
-        if follow[0]:
-            answer.add(follow[0])
-            yield [_noted(record, follow[0])]
+        more = gate.feed(follow[0])[0]
+        if more:
+            answer.add(more)
+            yield [_noted(record, more)]
         if follow[1] is None:
-            final = _noted(record, _timed(record, plan.close, finish))
+            closing, cut = gate.feed(_timed(record, plan.close, finish))
+            final = _noted(record, closing + cut_ending() if cut else closing)
             break
         await upstream.follow(follow[1])
     if outcome.usage is None:
         outcome.usage = Usage(plan.prompt_tokens or 0, 0)
     answer.add(final)
-    if plan.require_call and not answer.call_ids:
-        raise UpstreamError(
-            "broken",
-            "the upstream rejects a forced tool_choice in thinking mode (it answered 400); "
-            "asked again with tool_choice auto, the model made no call",
-        )
     record.finish_reason = next(e.finish_reason for e in final if isinstance(e, OutputEnd))
+    refused = missing_call(plan.req, gate, record.finish_reason, plan.fell_back)
+    if refused is not None:
+        raise UpstreamError("broken", refused)
     record.prompt_tokens = outcome.usage.prompt_tokens
     record.completion_tokens = outcome.usage.completion_tokens
     record.state_error = await memory.remember(answer.call_ids, answer.reasoning) or (
@@ -532,8 +530,14 @@ def _timed(record: RequestRecord, step: Callable[[Any], list[Event]], arg: Any) 
 
 
 def _noted(record: RequestRecord, events: list[Event]) -> list[Event]:
-    """Count diagnostics as they pass (what a failed stream still logs)."""
-    record.diagnostics.update(e.kind for e in events if isinstance(e, Diagnostic))
+    """Count diagnostics as they pass (what a failed stream still logs); a call held back
+    from the client gets a log line of its own, with its arguments."""
+    for event in events:
+        if isinstance(event, Diagnostic):
+            record.diagnostics[event.kind] += 1
+            if event.kind == HELD_BACK:
+                held = {"event": HELD_BACK, "request": record.id, "message": event.message}
+                LOGGER.warning(json.dumps({**held, "arguments": event.text}, ensure_ascii=False))
     return events
 
 
