@@ -79,6 +79,8 @@ router = APIRouter()
 _ABORTED = ("abort", "error")
 #: How a request that lost its client is recorded (error type, message).
 _DISCONNECTED = ("client_disconnected", "the client went away; the upstream request was closed")
+#: Answers whose ``max_tokens`` was lowered to fit the context say so, with the value sent.
+CLAMPED_HEADER = "x-dsmlkit-max-tokens-clamped"
 
 
 def upstream_api_error(exc: UpstreamError) -> ApiError:
@@ -189,6 +191,7 @@ async def _gateway(request: Request, api: Api) -> Response:
     record.prompt_tokens = plan.prompt_tokens
     upstream = state.upstream()
     stream, plan = await _open(upstream, endpoint, key, plan, record)
+    notes = _clamp_note(plan, model, record)
     calls = _Upstream(upstream, endpoint, key, stream)
     outcome = _Outcome()
     events = _events(calls, plan, record, outcome, state.reasoning)
@@ -216,7 +219,7 @@ async def _gateway(request: Request, api: Api) -> Response:
         return StreamingResponse(
             _stream_body(state, frames, events, outcome, record, keep),
             media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no", **notes},
             # runs after the last byte, after a disconnect, even if the body never started
             background=BackgroundTask(_finish_upstream, calls, record),
         )
@@ -250,7 +253,25 @@ async def _gateway(request: Request, api: Api) -> Response:
         return Response(status_code=499)  # nobody is listening any more
     if api == "responses":
         await keep(result)
-    return JSONResponse(result)
+    return JSONResponse(result, headers=notes)
+
+
+def _clamp_note(plan: _Plan, model: ServedModel, record: RequestRecord) -> dict[str, str]:
+    """The note on a ``max_tokens`` lowered to what the context leaves after the prompt
+    (``--max-tokens-policy clamp``): a log line, and the header for the answer."""
+    requested, sent = plan.req.max_tokens, plan.upstream_body.get("max_tokens")
+    if requested is None or not isinstance(sent, int) or sent >= requested:
+        return {}
+    note = {
+        "event": "max_tokens_clamped",
+        "request": record.id,
+        "requested": requested,
+        "sent": sent,
+        "prompt_tokens": plan.prompt_tokens,
+        "max_model_len": model.max_model_len,
+    }
+    LOGGER.warning(json.dumps(note))
+    return {CLAMPED_HEADER: str(sent)}
 
 
 async def _completions_plan(

@@ -22,12 +22,15 @@ KEEP_SPECIAL_TOKENS = {"skip_special_tokens": False, "spaces_between_special_tok
 
 @dataclass(frozen=True)
 class Prepared:
-    """A validated request, its rendered prompt and what goes upstream (ids or text)."""
+    """A validated request, its rendered prompt and what goes upstream (ids or text);
+    ``clamp``: a ``max_tokens`` past what the context leaves is lowered, not refused
+    (``--max-tokens-policy``)."""
 
     model: ServedModel
     req: ChatRequest
     result: RenderResult
     encoded: Encoded
+    clamp: bool = False
 
     @property
     def token_ids(self) -> list[int] | None:
@@ -42,8 +45,9 @@ class Prepared:
 
         The resolved ``max_tokens`` (always: an engine's own default may be as low as 16;
         capped by what the engine's context leaves after the prompt, ``prompt_tokens`` long,
-        when both are known), the client's own parameters, its stop strings followed by the
-        template's (EOS), and the flags that keep special tokens in the output text.
+        when both are known; a client's value past that is lowered only with ``clamp``),
+        the client's own parameters, its stop strings followed by the template's (EOS), and
+        the flags that keep special tokens in the output text.
         """
         stop = list(self.req.stop_sequences)
         stop += [text for text in self.result.stop if text not in stop]
@@ -51,7 +55,9 @@ class Prepared:
             prompt_tokens = len(self.token_ids)
         max_model_len = self.model.max_model_len if prompt_tokens is not None else None
         return {
-            "max_tokens": self.req.resolved_max_tokens(prompt_tokens, max_model_len),
+            "max_tokens": self.req.resolved_max_tokens(
+                prompt_tokens, max_model_len, clamp=self.clamp
+            ),
             **self.req.sampling,
             "stop": stop,
             **KEEP_SPECIAL_TOKENS,
@@ -71,7 +77,8 @@ def prepare(state: ServerState, api: Api, body: Any) -> Prepared:
     model = model_of(state, body)
     req = parse_request(api, body, dialect=model.dialect, seal_key=state.seal_key)
     result = render_conversation(req.conversation, req.render)
-    return Prepared(model, req, result, model.plan.encode(result))
+    clamp = state.config.max_tokens_policy == "clamp"
+    return Prepared(model, req, result, model.plan.encode(result), clamp)
 
 
 async def prompt_length(state: ServerState, prepared: Prepared, key: str | None) -> int | None:
