@@ -78,6 +78,8 @@ class ChatRequest:
     ``conversation`` and ``render`` are all :func:`~dsmlkit.render.render_conversation`
     needs; ``parse`` makes the parser for the answer. ``sampling`` holds the engine's
     sampling fields in OpenAI names (``max_tokens``, ``temperature``, ``stop`` …).
+    ``omit_reasoning``: the answer shows no reasoning text (Anthropic ``thinking.display:
+    "omitted"``: thinking blocks come with an empty text and their signature).
     """
 
     api: Api
@@ -90,6 +92,7 @@ class ChatRequest:
     include_usage: bool
     max_tokens: int | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
+    omit_reasoning: bool = False
 
     def resolved_max_tokens(
         self,

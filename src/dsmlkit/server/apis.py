@@ -87,7 +87,7 @@ def build_response(
 ) -> dict[str, Any]:
     """The non-streaming response body in ``api``'s shape (``sign_thinking``: Anthropic's
     thinking-block signatures; ``request`` and ``seal_key``: what a Responses ``response``
-    echoes and seals)."""
+    echoes and seals, and whether Anthropic's thinking text is omitted)."""
     if api == "responses":
         if not isinstance(request, ResponsesRequest):
             raise CallerError("a Responses response echoes its request: pass request=")
@@ -102,6 +102,7 @@ def build_response(
             usage=usage,
             stop_sequence=stop_sequence,
             sign_thinking=sign_thinking,
+            omit_thinking=request is not None and request.omit_reasoning,
         )
     return openai_response(msg, model, id=response_id, created=created, usage=usage)
 
