@@ -289,15 +289,15 @@ def missing_call(req: ChatRequest, gate: CallGate, finish: str, fell_back: bool)
     client (None: it can). An answer cut off by its length limit goes out as cut off."""
     if not requires_call(req) or gate.passed or finish == "length":
         return None
+    held = f" (held back: {', '.join(gate.held_back)})" if gate.held_back else ""
     if fell_back:
         return (
             "the upstream rejects a forced tool_choice in thinking mode (it answered 400); "
-            "asked again with tool_choice auto, the model made no call"
+            f"asked again with tool_choice auto, the model made no call{held}"
         )
     name = forced_name(req)
     wanted = "is required" if name is None else f"names {name!r}"
     made = "no call" if name is None else "no call to it"
-    held = f" (held back: {', '.join(gate.held_back)})" if gate.held_back else ""
     return f"tool_choice {wanted} but the model made {made}{held}"
 
 
