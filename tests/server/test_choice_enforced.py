@@ -119,7 +119,7 @@ def only_weather(answer: Answer, api: str) -> None:
 def test_a_named_choice_lets_only_that_tool_through(
     gateway: Gateway, api: str, stream: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if gateway.engine.served == ("m",):
+    if chat_mode(gateway):
         reply = Reply(tool_calls=(WEATHER_CALL, EVIL_CALL), finish_reason="tool_calls")
     else:  # the prompt opens get_weather's invoke; the engine writes on into evil_tool
         reply = Reply(text=engine_block(WEATHER, EVIL).split('">\n', 1)[1])
@@ -160,7 +160,7 @@ def test_a_named_choice_with_only_other_calls_is_an_error(
 def test_none_lets_no_call_through(
     gateway: Gateway, api: str, stream: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    if gateway.engine.served == ("m",):
+    if chat_mode(gateway):
         reply = Reply(content="Fine.", tool_calls=(EVIL_CALL,), finish_reason="tool_calls")
     else:
         reply = Reply(text="Fine." + engine_block(EVIL))
