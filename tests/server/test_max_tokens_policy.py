@@ -14,8 +14,11 @@ import openai
 import pytest
 
 from dsmlkit.cli import build_parser
+from dsmlkit.dialects import V4_1
+from tests.helpers import write_block
 from tests.server.conftest import CLIENT_TIMEOUT, Gateway
 from tests.server.fake_engine import FakeEngine, Reply
+from tests.server.test_reasoning_roundtrip import TOOLS
 from tests.server.test_server_process import _serve
 
 CONTEXT = 300
@@ -160,3 +163,22 @@ def test_a_real_process_with_the_reject_flag(
         )
     assert answer.parse().content[0].text == "fits"  # type: ignore[union-attr]
     assert answer.headers["x-dsmlkit-max-tokens-clamped"] == str(engine.requests[-1]["max_tokens"])
+
+
+def test_the_second_request_of_a_forced_call_fits_under_either_policy(rejecting: Gateway) -> None:
+    """Thinking mode with a forced call: the gateway's own second request (the prompt plus
+    the reasoning and the call opener) is fitted to the context, never refused mid-answer."""
+    engine = rejecting.engine
+    block = write_block(V4_1, [("get_weather", {"city": "Paris"})]).split("calls>\n", 1)[1]
+    engine.push(Reply(text="I need the weather.", stop_reason="</think>"), Reply(text=block))
+    tools: Any = TOOLS
+    body = {"model": "m", "messages": MESSAGES, "tools": tools, "tool_choice": "required"}
+    with rejecting.http() as http:
+        room = CONTEXT - len(
+            http.post("/v1/chat/completions/render", json=body).json()["token_ids"]
+        )
+    completion = rejecting.openai().chat.completions.create(**body, max_tokens=room)
+    assert completion.choices[0].message.reasoning_content == "I need the weather."
+    first, second = engine.requests[-2:]
+    assert first["max_tokens"] == room
+    assert len(second["prompt"]) + second["max_tokens"] <= CONTEXT

@@ -286,10 +286,15 @@ async def _completions_plan(
     first_prompt = prompt
 
     def make_body(prompt: list[int] | str, extra_stop: Sequence[str]) -> dict[str, Any]:
+        # a later request of the answer (a forced call's second) extends the prompt the
+        # client's max_tokens was checked against: it is fitted to the context, not refused
+        later = True if prompt is not first_prompt else None
         upstream_body: dict[str, Any] = {
             "model": model.engine_model,
             "prompt": prompt,
-            **prepared.sampling_params(_length_of(prompt, first_prompt, prompt_tokens)),
+            **prepared.sampling_params(
+                _length_of(prompt, first_prompt, prompt_tokens), clamp=later
+            ),
             "stream": True,
             "stream_options": {"include_usage": True},
         }

@@ -40,14 +40,17 @@ class Prepared:
     def notes(self) -> list[str]:
         return [*self.result.notes, *self.encoded.notes]
 
-    def sampling_params(self, prompt_tokens: int | None = None) -> dict[str, Any]:
+    def sampling_params(
+        self, prompt_tokens: int | None = None, *, clamp: bool | None = None
+    ) -> dict[str, Any]:
         """Sampling parameters for an OpenAI ``/v1/completions`` engine.
 
         The resolved ``max_tokens`` (always: an engine's own default may be as low as 16;
         capped by what the engine's context leaves after the prompt, ``prompt_tokens`` long,
-        when both are known; a client's value past that is lowered only with ``clamp``),
-        the client's own parameters, its stop strings followed by the template's (EOS), and
-        the flags that keep special tokens in the output text.
+        when both are known; a client's value past that is lowered only with ``clamp``,
+        which defaults to the server's policy), the client's own parameters, its stop
+        strings followed by the template's (EOS), and the flags that keep special tokens in
+        the output text.
         """
         stop = list(self.req.stop_sequences)
         stop += [text for text in self.result.stop if text not in stop]
@@ -56,7 +59,7 @@ class Prepared:
         max_model_len = self.model.max_model_len if prompt_tokens is not None else None
         return {
             "max_tokens": self.req.resolved_max_tokens(
-                prompt_tokens, max_model_len, clamp=self.clamp
+                prompt_tokens, max_model_len, clamp=self.clamp if clamp is None else clamp
             ),
             **self.req.sampling,
             "stop": stop,
