@@ -167,9 +167,10 @@ def test_thinking_mode_without_the_think_stop_still_gets_a_call(text_gateway: Ga
 def test_an_engine_that_answered_past_the_think_stop_is_not_asked_again(
     text_gateway: Gateway,
 ) -> None:
+    """Its answer has no call, so it cannot go out (the choice is enforced)."""
     text_gateway.engine.push(Reply(text="Hmm.</think>It is sunny.", ignore_stop=True))
-    answer = ask(text_gateway, "openai", False, thinking=True, **forced("openai", "required"))
-    assert (answer.content, answer.calls) == ("It is sunny.", [])
+    with pytest.raises(openai.InternalServerError, match="made no call"):
+        ask(text_gateway, "openai", False, thinking=True, **forced("openai", "required"))
     assert len(text_gateway.engine.requests) == 1
 
 

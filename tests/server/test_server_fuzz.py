@@ -153,11 +153,26 @@ CHAT_SSE = (
 )
 
 
+def _chat_sse(sent: dict[str, Any]) -> bytes:
+    """A short chat answer; a call to the forced tool when ``tool_choice`` forces one (the
+    gateway refuses an answer without it)."""
+    choice = sent.get("tool_choice")
+    if choice != "required" and not isinstance(choice, dict):
+        return CHAT_SSE
+    name = (choice.get("function") or {}).get("name") if isinstance(choice, dict) else None
+    function = {"name": name or sent["tools"][0]["function"]["name"], "arguments": "{}"}
+    call = {"id": "call_fuzz_000000001", "type": "function", "function": function}
+    delta = {"tool_calls": [{"index": 0, **call}]}
+    chunks = [{"index": 0, "delta": delta, "finish_reason": "tool_calls"}]
+    return b"data: " + json.dumps({"choices": chunks}).encode() + b"\n\ndata: [DONE]\n\n"
+
+
 def _upstream(request: httpx.Request) -> httpx.Response:
     if request.url.path.endswith("/models"):
         return httpx.Response(200, json={"data": [{"id": "deepseek-v4.1", "max_model_len": 8192}]})
     if request.url.path.endswith("/completions"):
-        body = CHAT_SSE if "chat" in request.url.path else SSE
+        chat = "chat" in request.url.path
+        body = _chat_sse(json.loads(request.content)) if chat else SSE
         return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=body)
     return httpx.Response(404, json={"error": {"message": "no route"}})
 

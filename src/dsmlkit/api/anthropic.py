@@ -95,6 +95,8 @@ def parse_anthropic_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALE
     budget = root["thinking"]["budget_tokens"] if root["thinking"].present else root["thinking"]
     if budget.present:
         budget.integer(minimum=1)  # accepted, cannot be enforced
+    display = root["thinking"]["display"] if root["thinking"].present else root["thinking"]
+    omitted = display.present and display.choice(("summarized", "omitted")) == "omitted"
     thinking, effort = resolve_thinking(
         [(read_switch(root["thinking"], adaptive=True), "thinking.type")],
         requested_effort,
@@ -128,6 +130,7 @@ def parse_anthropic_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALE
         include_usage=True,
         max_tokens=max_tokens,
         sampling=sampling,
+        omit_reasoning=omitted,
     )
 
 
@@ -436,15 +439,19 @@ def anthropic_response(
     usage: Usage | None = None,
     stop_sequence: str | None = None,
     sign_thinking: Callable[[str], str] | None = None,
+    omit_thinking: bool = False,
 ) -> dict[str, Any]:
     """A ``message`` for one parsed output of ``model`` (never with empty ``content``).
 
-    ``sign_thinking(text)`` makes the thinking block's signature (default: a constant).
+    ``sign_thinking(text)`` makes the thinking block's signature (default: a constant);
+    ``omit_thinking`` leaves the block's text empty (``display: "omitted"``), its signature
+    still made from the text.
     """
     content: list[dict[str, Any]] = []
     if msg.reasoning:
         signature = sign_thinking(msg.reasoning) if sign_thinking else THINKING_SIGNATURE
-        content.append({"type": "thinking", "thinking": msg.reasoning, "signature": signature})
+        shown = "" if omit_thinking else msg.reasoning
+        content.append({"type": "thinking", "thinking": shown, "signature": signature})
     if msg.content:
         content.append({"type": "text", "text": msg.content})
     content += [
@@ -496,7 +503,8 @@ class AnthropicStream:
     call :meth:`start_sse`, :meth:`feed_sse` and :meth:`finish_sse`, which return those
     frames (byte for byte) and build no event dict per text delta.
     ``usage`` given here is the prompt's (reported in ``message_start``); ``sign_thinking``
-    as for :func:`anthropic_response`.
+    as for :func:`anthropic_response`. A request with ``omit_reasoning`` gets thinking
+    blocks without ``thinking_delta`` events: start, ``signature_delta``, stop.
     """
 
     def __init__(
@@ -509,6 +517,7 @@ class AnthropicStream:
     ) -> None:
         self._req = req
         self._sign_thinking = sign_thinking
+        self._omit_thinking = req.omit_reasoning
         self._thinking: list[str] = []  # the open thinking block's text
         self._id = id
         self._prompt_usage = usage
@@ -580,6 +589,8 @@ class AnthropicStream:
                     return []
                 if self._open == "thinking":
                     self._thinking.append(text)
+                    if self._omit_thinking:
+                        return []
                 before, after = self._open_frame  # TextFrames.frame, inlined
                 return [f"{before}{json_string(text)}{after}"]
         return self._steps(events, self._text_frames.frame, _framed)
@@ -612,6 +623,9 @@ class AnthropicStream:
                 if not isinstance(event, (self._continued_by, ArgumentsDelta)):
                     kind, empty = _TEXT_BLOCKS[type(event)]
                     out += map(other, self._close() + self._open_block(kind, empty))
+                if self._omit_thinking and isinstance(event, ReasoningDelta):
+                    self._thinking.append(event.text)  # signed at the block's end, not shown
+                    continue
                 out.append(self._more(text_delta, event.text))
                 continue
             self._outline.add([event])

@@ -78,6 +78,8 @@ class ChatRequest:
     ``conversation`` and ``render`` are all :func:`~dsmlkit.render.render_conversation`
     needs; ``parse`` makes the parser for the answer. ``sampling`` holds the engine's
     sampling fields in OpenAI names (``max_tokens``, ``temperature``, ``stop`` …).
+    ``omit_reasoning``: the answer shows no reasoning text (Anthropic ``thinking.display:
+    "omitted"``: thinking blocks come with an empty text and their signature).
     """
 
     api: Api
@@ -90,15 +92,21 @@ class ChatRequest:
     include_usage: bool
     max_tokens: int | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
+    omit_reasoning: bool = False
 
     def resolved_max_tokens(
-        self, prompt_tokens: int | None = None, max_model_len: int | None = None
+        self,
+        prompt_tokens: int | None = None,
+        max_model_len: int | None = None,
+        *,
+        clamp: bool = False,
     ) -> int:
         """The one output budget to send upstream: the client's ``max_tokens``, else the
         default for the mode (8192 chat, 65536 thinking, 131072 thinking at max effort),
         capped by what the context leaves after the prompt when ``max_model_len`` is known.
 
-        Raises :class:`InvalidRequest` when the prompt and the requested budget cannot fit.
+        Raises :class:`InvalidRequest` when the prompt does not fit, and when the requested
+        budget does not (unless ``clamp``: then it is lowered to what the context leaves).
         """
         return resolve_max_tokens(
             self.max_tokens,
@@ -106,6 +114,7 @@ class ChatRequest:
             effort=self.render.reasoning_effort,
             prompt_tokens=prompt_tokens,
             max_model_len=max_model_len,
+            clamp=clamp,
         )
 
     @property
@@ -202,6 +211,7 @@ def resolve_max_tokens(
     effort: str | int | None,
     prompt_tokens: int | None = None,
     max_model_len: int | None = None,
+    clamp: bool = False,
 ) -> int:
     """One ``max_tokens`` per request (see :meth:`ChatRequest.resolved_max_tokens`)."""
     if requested is None:
@@ -216,7 +226,8 @@ def resolve_max_tokens(
     if max_model_len is None:
         return wanted
     left = max_model_len - (prompt_tokens or 0)
-    if requested is not None and requested > left:
+    if requested is not None and requested > left and not (clamp and left >= 1):
+        # rejected; clamped (below) only when the prompt leaves room for some output
         raise InvalidRequest(
             f"max_tokens {requested} does not fit: the prompt has {prompt_tokens or 0} tokens "
             f"and the model's context holds {max_model_len}; ask for at most {max(left, 0)}",

@@ -181,6 +181,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "sqlite:PATH (survives restarts) or redis://HOST:PORT/DB (shared by replicas); "
         f"${STATE_SECRET_ENV} signs thinking blocks and seals Responses reasoning",
     )
+    add(
+        "--max-tokens-policy",
+        choices=("clamp", "reject"),
+        default="clamp",
+        help="a max_tokens past what the engine's context leaves after the prompt: lower it "
+        "to fit, noted in the x-dsmlkit-max-tokens-clamped header (clamp, default) or "
+        "answer 400 (reject)",
+    )
     add("--workers", type=_positive(int), default=1, help="worker processes (default: 1)")
     add("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
     _defaults_from_environment(parser)
@@ -252,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
             shutdown_grace=args.shutdown_grace,
             state=args.state,
             state_secret=os.environ.get(STATE_SECRET_ENV) or None,
+            max_tokens_policy=args.max_tokens_policy,
         )
     except ConfigError as exc:
         flag = f"--{exc.where.replace('_', '-')}: " if exc.where else ""

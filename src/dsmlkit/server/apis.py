@@ -47,9 +47,15 @@ def error_body(api: Api, err: ApiError, request_id: str) -> dict[str, Any]:
     return openai_error_body(err)
 
 
+#: Statuses a client must not retry: the same key gets the same answer. The official SDKs
+#: (and Claude Code) honour ``x-should-retry: false`` and stop at once.
+NO_RETRY_STATUSES = (401, 403)
+
+
 def error_response(api: Api, err: ApiError, request_id: str) -> JSONResponse:
-    """A complete error response in ``api``'s envelope."""
-    return JSONResponse(error_body(api, err, request_id), status_code=err.status)
+    """A complete error response in ``api``'s envelope (401 and 403 say not to retry)."""
+    headers = {"x-should-retry": "false"} if err.status in NO_RETRY_STATUSES else None
+    return JSONResponse(error_body(api, err, request_id), status_code=err.status, headers=headers)
 
 
 def error_frame(api: Api, err: ApiError, request_id: str) -> str:
@@ -82,7 +88,7 @@ def build_response(
 ) -> dict[str, Any]:
     """The non-streaming response body in ``api``'s shape (``sign_thinking``: Anthropic's
     thinking-block signatures; ``request`` and ``sealer``: what a Responses ``response``
-    echoes and seals)."""
+    echoes and seals, and whether Anthropic's thinking text is omitted)."""
     if api == "responses":
         if not isinstance(request, ResponsesRequest):
             raise CallerError("a Responses response echoes its request: pass request=")
@@ -97,6 +103,7 @@ def build_response(
             usage=usage,
             stop_sequence=stop_sequence,
             sign_thinking=sign_thinking,
+            omit_thinking=request is not None and request.omit_reasoning,
         )
     return openai_response(msg, model, id=response_id, created=created, usage=usage)
 

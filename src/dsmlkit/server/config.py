@@ -27,6 +27,9 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 UpstreamApi = Literal["completions", "chat"]
+#: What to do with a ``max_tokens`` past what the engine's context leaves after the prompt.
+MaxTokensPolicy = Literal["clamp", "reject"]
+MAX_TOKENS_POLICIES: tuple[MaxTokensPolicy, ...] = ("clamp", "reject")
 
 #: ``--tokenizer none`` turns token ids off (prompts go upstream as text).
 NO_TOKENIZER = "none"
@@ -152,7 +155,9 @@ class ServerConfig:
     ``upstream_timeout`` bounds each wait for the upstream's next bytes,
     ``upstream_deadline`` a whole upstream request, ``body_timeout`` the arrival of a
     request body; on a stop signal, streams still open after ``shutdown_grace`` seconds end
-    with an error event.
+    with an error event. ``max_tokens_policy``: a ``max_tokens`` larger than the engine's
+    context leaves after the prompt is lowered to fit (``clamp``, noted) or a 400
+    (``reject``).
     """
 
     dialect: str = "v4.1"
@@ -175,9 +180,15 @@ class ServerConfig:
     #: reasoning (``encrypted_content``): comma-separated secrets, the first one seals, any
     #: opens (:mod:`.sealing`); default: random.
     state_secret: str | None = None
+    max_tokens_policy: MaxTokensPolicy = "clamp"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dialect", self._shorthand().dialect)
+        if self.max_tokens_policy not in MAX_TOKENS_POLICIES:
+            raise ConfigError(
+                f"must be 'clamp' or 'reject', not {self.max_tokens_policy!r}",
+                "max_tokens_policy",
+            )
         for name in (
             "upstream_timeout",
             "upstream_deadline",

@@ -54,18 +54,19 @@ from dsmlkit.server.apis import (
 )
 from dsmlkit.server.chat_repair import ChatRepair
 from dsmlkit.server.forced import (
+    HELD_BACK,
+    CallGate,
     CompletionsAnswer,
     Resume,
     chat_fallback_body,
     cut_ending,
-    first_call_only,
-    one_call_only,
+    missing_call,
 )
 from dsmlkit.server.local_routes import read_json
 from dsmlkit.server.model_turns import Conversation
 from dsmlkit.server.prepare import model_of, prepare, prompt_length, restore_history
 from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory
-from dsmlkit.server.reqlog import RequestRecord
+from dsmlkit.server.reqlog import RequestRecord, log_event
 from dsmlkit.server.response_store import save
 from dsmlkit.server.state import ServedModel, ServerState, client_keys, record_of, state_of
 from dsmlkit.server.state_store import StateStoreUnavailable
@@ -80,6 +81,8 @@ router = APIRouter()
 _ABORTED = ("abort", "error")
 #: How a request that lost its client is recorded (error type, message).
 _DISCONNECTED = ("client_disconnected", "the client went away; the upstream request was closed")
+#: Answers whose ``max_tokens`` was lowered to fit the context say so, with the value sent.
+CLAMPED_HEADER = "x-dsmlkit-max-tokens-clamped"
 
 
 def upstream_api_error(exc: UpstreamError) -> ApiError:
@@ -111,9 +114,9 @@ class _Plan:
 
     Forced calls (:mod:`.forced`): ``opening`` are events of text the gateway wrote into the
     answer itself; ``resume`` says after each upstream stream what follows (events, and
-    the next upstream body or None); ``one_call`` cuts the answer after its first call;
-    ``fallback_body`` is retried once when the upstream answers 400; ``require_call``
-    turns an answer without a call into an error (the fallback could not force one).
+    the next upstream body or None); ``fallback_body`` is retried once when the upstream
+    answers 400 (``fell_back``: it was). What reaches the client passes a
+    :class:`~.forced.CallGate` in every mode.
     """
 
     req: ChatRequest
@@ -123,9 +126,8 @@ class _Plan:
     prompt_tokens: int | None
     opening: list[Event] = field(default_factory=list)
     resume: Resume | None = None
-    one_call: bool = False
     fallback_body: dict[str, Any] | None = None
-    require_call: bool = False
+    fell_back: bool = False
 
 
 class _Upstream:
@@ -189,6 +191,7 @@ async def _gateway(request: Request, api: Api) -> Response:
     record.prompt_tokens = plan.prompt_tokens
     upstream = state.upstream()
     stream, plan = await _open(upstream, endpoint, key, plan, record)
+    notes = _clamp_note(plan, model, record)
     calls = _Upstream(upstream, endpoint, key, stream)
     outcome = _Outcome()
     events = _events(calls, plan, record, outcome, state.reasoning, Conversation(api, body))
@@ -216,7 +219,7 @@ async def _gateway(request: Request, api: Api) -> Response:
         return StreamingResponse(
             _stream_body(state, frames, events, outcome, record, keep),
             media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no", **notes},
             # runs after the last byte, after a disconnect, even if the body never started
             background=BackgroundTask(_finish_upstream, calls, record),
         )
@@ -250,7 +253,25 @@ async def _gateway(request: Request, api: Api) -> Response:
         return Response(status_code=499)  # nobody is listening any more
     if api == "responses":
         await keep(result)
-    return JSONResponse(result)
+    return JSONResponse(result, headers=notes)
+
+
+def _clamp_note(plan: _Plan, model: ServedModel, record: RequestRecord) -> dict[str, str]:
+    """The note on a ``max_tokens`` lowered to what the context leaves after the prompt
+    (``--max-tokens-policy clamp``): a log line, and the header for the answer."""
+    requested, sent = plan.req.max_tokens, plan.upstream_body.get("max_tokens")
+    if requested is None or not isinstance(sent, int) or sent >= requested:
+        return {}
+    note = {
+        "event": "max_tokens_clamped",
+        "request": record.id,
+        "requested": requested,
+        "sent": sent,
+        "prompt_tokens": plan.prompt_tokens,
+        "max_model_len": model.max_model_len,
+    }
+    log_event(LOGGER, logging.WARNING, f"max_tokens {requested} clamped to {sent}", note)
+    return {CLAMPED_HEADER: str(sent)}
 
 
 async def _completions_plan(
@@ -272,10 +293,15 @@ async def _completions_plan(
     first_prompt = prompt
 
     def make_body(prompt: list[int] | str, extra_stop: Sequence[str]) -> dict[str, Any]:
+        # a later request of the answer (a forced call's second) extends the prompt the
+        # client's max_tokens was checked against: it is fitted to the context, not refused
+        later = True if prompt is not first_prompt else None
         upstream_body: dict[str, Any] = {
             "model": model.engine_model,
             "prompt": prompt,
-            **prepared.sampling_params(_length_of(prompt, first_prompt, prompt_tokens)),
+            **prepared.sampling_params(
+                _length_of(prompt, first_prompt, prompt_tokens), clamp=later
+            ),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -299,7 +325,6 @@ async def _completions_plan(
         prompt_tokens,
         opening=answer.opening,
         resume=answer.resume,
-        one_call=one_call_only(req),
     )
 
 
@@ -333,7 +358,6 @@ def _chat_plan(model: ServedModel, api: Api, body: Any, sealer: Sealer) -> _Plan
         feed,
         repair.close,
         None,
-        one_call=one_call_only(req),
         fallback_body=chat_fallback_body(req, upstream_body),
     )
 
@@ -359,7 +383,7 @@ async def _open(
             raise
         record.diagnostics["tool_choice_fallback"] += 1
         stream = await _send(upstream, endpoint, key, plan.fallback_body)
-        return stream, replace(plan, require_call=True)
+        return stream, replace(plan, fell_back=True)
 
 
 def _upstream_key(state: ServerState, request: Request) -> _Key:
@@ -388,9 +412,11 @@ async def _events(
     one ``frames.feed`` call, so the bytes do not depend on how reads fall.
     """
     answer = AnswerTracker()
-    if plan.opening:
-        answer.add(plan.opening)
-        yield [_noted(record, plan.opening)]
+    gate = CallGate(plan.req)
+    opening = gate.feed(plan.opening)[0]
+    if opening:
+        answer.add(opening)
+        yield [_noted(record, opening)]
     spent = 0  # completion tokens of earlier upstream requests of this answer
     while True:
         finish: str | None = None
@@ -403,9 +429,7 @@ async def _events(
                 if isinstance(usage, Mapping):
                     outcome.usage = _added_usage(outcome.usage, _usage(usage), spent)
                 for choice in chunk.get("choices") or ():
-                    events = _timed(record, plan.feed, choice)
-                    if plan.one_call:
-                        events, cut = first_call_only(events)
+                    events, cut = gate.feed(_timed(record, plan.feed, choice))
                     if events:
                         answer.add(events)
                         batch.append(_noted(record, events))
@@ -431,23 +455,22 @@ async def _events(
             outcome.stop_sequence = stop_reason
         spent = outcome.usage.completion_tokens if outcome.usage is not None else spent
         follow = plan.resume(finish, stop_reason, spent) if plan.resume else ([], None)
-        if follow[0]:
-            answer.add(follow[0])
-            yield [_noted(record, follow[0])]
+        more = gate.feed(follow[0])[0]
+        if more:
+            answer.add(more)
+            yield [_noted(record, more)]
         if follow[1] is None:
-            final = _noted(record, _timed(record, plan.close, finish))
+            closing, cut = gate.feed(_timed(record, plan.close, finish))
+            final = _noted(record, closing + cut_ending() if cut else closing)
             break
         await upstream.follow(follow[1])
     if outcome.usage is None:
         outcome.usage = Usage(plan.prompt_tokens or 0, 0)
     answer.add(final)
-    if plan.require_call and not answer.call_ids:
-        raise UpstreamError(
-            "broken",
-            "the upstream rejects a forced tool_choice in thinking mode (it answered 400); "
-            "asked again with tool_choice auto, the model made no call",
-        )
     record.finish_reason = next(e.finish_reason for e in final if isinstance(e, OutputEnd))
+    refused = missing_call(plan.req, gate, record.finish_reason, plan.fell_back)
+    if refused is not None:
+        raise UpstreamError("broken", refused)
     record.prompt_tokens = outcome.usage.prompt_tokens
     record.completion_tokens = outcome.usage.completion_tokens
     record.state_error = await memory.remember(answer, conversation) or record.state_error
@@ -543,8 +566,14 @@ def _timed(record: RequestRecord, step: Callable[[Any], list[Event]], arg: Any) 
 
 
 def _noted(record: RequestRecord, events: list[Event]) -> list[Event]:
-    """Count diagnostics as they pass (what a failed stream still logs)."""
-    record.diagnostics.update(e.kind for e in events if isinstance(e, Diagnostic))
+    """Count diagnostics as they pass (what a failed stream still logs); a call held back
+    from the client gets a log line of its own, with its arguments."""
+    for event in events:
+        if isinstance(event, Diagnostic):
+            record.diagnostics[event.kind] += 1
+            if event.kind == HELD_BACK:
+                held = {"event": HELD_BACK, "request": record.id, "message": event.message}
+                log_event(LOGGER, logging.WARNING, event.message, {**held, "arguments": event.text})
     return events
 
 

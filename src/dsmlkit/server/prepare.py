@@ -24,12 +24,15 @@ KEEP_SPECIAL_TOKENS = {"skip_special_tokens": False, "spaces_between_special_tok
 
 @dataclass(frozen=True)
 class Prepared:
-    """A validated request, its rendered prompt and what goes upstream (ids or text)."""
+    """A validated request, its rendered prompt and what goes upstream (ids or text);
+    ``clamp``: a ``max_tokens`` past what the context leaves is lowered, not refused
+    (``--max-tokens-policy``)."""
 
     model: ServedModel
     req: ChatRequest
     result: RenderResult
     encoded: Encoded
+    clamp: bool = False
 
     @property
     def token_ids(self) -> list[int] | None:
@@ -39,13 +42,17 @@ class Prepared:
     def notes(self) -> list[str]:
         return [*self.result.notes, *self.encoded.notes]
 
-    def sampling_params(self, prompt_tokens: int | None = None) -> dict[str, Any]:
+    def sampling_params(
+        self, prompt_tokens: int | None = None, *, clamp: bool | None = None
+    ) -> dict[str, Any]:
         """Sampling parameters for an OpenAI ``/v1/completions`` engine.
 
         The resolved ``max_tokens`` (always: an engine's own default may be as low as 16;
         capped by what the engine's context leaves after the prompt, ``prompt_tokens`` long,
-        when both are known), the client's own parameters, its stop strings followed by the
-        template's (EOS), and the flags that keep special tokens in the output text.
+        when both are known; a client's value past that is lowered only with ``clamp``,
+        which defaults to the server's policy), the client's own parameters, its stop
+        strings followed by the template's (EOS), and the flags that keep special tokens in
+        the output text.
         """
         stop = list(self.req.stop_sequences)
         stop += [text for text in self.result.stop if text not in stop]
@@ -53,7 +60,9 @@ class Prepared:
             prompt_tokens = len(self.token_ids)
         max_model_len = self.model.max_model_len if prompt_tokens is not None else None
         return {
-            "max_tokens": self.req.resolved_max_tokens(prompt_tokens, max_model_len),
+            "max_tokens": self.req.resolved_max_tokens(
+                prompt_tokens, max_model_len, clamp=self.clamp if clamp is None else clamp
+            ),
             **self.req.sampling,
             "stop": stop,
             **KEEP_SPECIAL_TOKENS,
@@ -89,7 +98,8 @@ def prepare(state: ServerState, api: Api, body: Any) -> Prepared:
     model = model_of(state, body)
     req = parse_request(api, body, dialect=model.dialect, sealer=state.keys)
     result = render_conversation(req.conversation, req.render)
-    return Prepared(model, req, result, model.plan.encode(result))
+    clamp = state.config.max_tokens_policy == "clamp"
+    return Prepared(model, req, result, model.plan.encode(result), clamp)
 
 
 async def prompt_length(state: ServerState, prepared: Prepared, key: str | None) -> int | None:
