@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("serve", f"cannot listen on {args.host}:{args.port}: {exc}", EXIT_START)
     configure_logging(args.log_level)
     state: ServerState = app.state.dsmlkit
-    asyncio.run(_read_engines(state))
+    asyncio.run(_read_engines(state, served_here=args.workers == 1))
     mismatches = [f"model {m.name}: {m.name_mismatch()}" for m in state.models if m.name_mismatch()]
     if mismatches:
         sock.close()
@@ -259,11 +259,14 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _read_engines(state: ServerState) -> None:
+async def _read_engines(state: ServerState, *, served_here: bool) -> None:
+    """Read the engines for the banner, in an event loop of its own: the upstream client
+    is closed after; the state store stays open when this process serves the app, and is
+    closed when the ``--workers`` processes open their own."""
     try:
         await state.read_engines()
     finally:
-        await state.aclose()
+        await (state.close_upstream() if served_here else state.aclose())
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

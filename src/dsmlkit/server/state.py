@@ -230,10 +230,16 @@ class ServerState:
         for scope in list(self._streams):
             scope.cancel()
 
-    async def aclose(self) -> None:
+    async def close_upstream(self) -> None:
+        """Close the upstream client (it belongs to the event loop that used it; the next
+        use makes a new one). The state store stays open."""
         if self._upstream is not None:
             await self._upstream.aclose()
             self._upstream = None
+
+    async def aclose(self) -> None:
+        """The app stops: close the upstream client and the state store."""
+        await self.close_upstream()
         await self.reasoning.store.aclose()
 
 

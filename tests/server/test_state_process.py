@@ -1,0 +1,143 @@
+"""The state stores through a real ``dsmlkit serve``: every ``--state`` with one worker and
+with ``--workers 2`` (Responses chains whatever worker answers), a real Redis killed and
+restarted under a running gateway."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from tests.server.conftest import CLIENT_TIMEOUT, Gateway
+from tests.server.fake_engine import FakeEngine, Reply
+from tests.server.redis_server import free_port, redis_server, redis_url
+from tests.server.test_server_process import _serve
+
+__all__ = ["redis_url"]  # the fixture
+
+#: Responses requests in each chain: enough that both of two workers answer some.
+TURNS = 12
+
+
+def _gateway(engine_server: tuple[FakeEngine, str], state: str, *flags: str) -> Any:
+    """``dsmlkit serve`` in front of the fake engine with text prompts and ``--state``."""
+    return _serve("--upstream", engine_server[1], "--tokenizer", "none", "--state", state, *flags)
+
+
+def _client(url: str) -> openai.OpenAI:
+    """An SDK client that opens a new connection for every request, so that with several
+    workers any of them may answer each one (a kept-alive connection stays with one)."""
+    return openai.OpenAI(
+        base_url=url + "/v1",
+        api_key="test",
+        max_retries=0,
+        http_client=httpx.Client(
+            timeout=CLIENT_TIMEOUT, limits=httpx.Limits(max_keepalive_connections=0)
+        ),
+    )
+
+
+def _chain(gateway: Gateway, turns: int = TURNS) -> str:
+    """Ask ``turns`` Responses questions, each continuing the last by
+    ``previous_response_id``; the last prompt the engine saw."""
+    client = _client(gateway.url)
+    previous: str | None = None
+    for turn in range(turns):
+        gateway.engine.push(Reply(text=f"Answer {turn}."))
+        linked: dict[str, Any] = {"previous_response_id": previous} if previous else {}
+        answer = client.responses.create(
+            model="m", input=f"Question {turn}?", reasoning={"effort": "none"}, **linked
+        )
+        assert answer.output_text == f"Answer {turn}."
+        previous = answer.id
+    prompt: str = gateway.engine.requests[-1]["prompt"]
+    return prompt
+
+
+def _holds_every_turn(prompt: str, turns: int = TURNS) -> bool:
+    said = [f"Question {t}?" for t in range(turns)] + [f"Answer {t}." for t in range(turns - 1)]
+    return all(text in prompt for text in said)
+
+
+@pytest.mark.parametrize(
+    ("state", "workers"),
+    [
+        ("memory", 1),
+        ("sqlite:{tmp}/state.db", 1),
+        ("sqlite::memory:", 1),
+        ("sqlite:{tmp}/state.db", 2),
+        ("{redis}", 2),
+    ],
+    ids=["memory", "sqlite", "sqlite-memory", "sqlite-2-workers", "redis-2-workers"],
+)
+def test_a_responses_chain_is_read_back_in_every_configuration(
+    engine_server: tuple[FakeEngine, str],
+    engine: FakeEngine,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    state: str,
+    workers: int,
+) -> None:
+    redis = request.getfixturevalue("redis_url") if "{redis}" in state else ""
+    setting = state.format(tmp=tmp_path, redis=redis)
+    with _gateway(engine_server, setting, "--workers", str(workers)) as (_, url):
+        ready = httpx.get(url + "/ready", timeout=5).json()
+        prompt = _chain(Gateway(url, engine))
+    assert ready["state"]["ok"] is True, ready
+    assert _holds_every_turn(prompt), prompt
+
+
+def test_a_sqlite_file_outlives_the_gateway(
+    engine_server: tuple[FakeEngine, str], engine: FakeEngine, tmp_path: Path
+) -> None:
+    setting = f"sqlite:{tmp_path}/state.db"
+    with _gateway(engine_server, setting) as (_, url):
+        engine.push(Reply(text="Stored."))
+        first = Gateway(url, engine).openai().responses.create(model="m", input="Keep this.")
+    with _gateway(engine_server, setting) as (_, url):
+        engine.push(Reply(text="Read back."))
+        Gateway(url, engine).openai().responses.create(
+            model="m", input="Again.", previous_response_id=first.id
+        )
+    assert "Keep this." in engine.requests[-1]["prompt"]
+
+
+def test_redis_killed_and_restarted_under_a_running_gateway(
+    engine_server: tuple[FakeEngine, str], engine: FakeEngine
+) -> None:
+    port = free_port()
+    redis = redis_server(port)
+    setting = redis.__enter__()
+    with _gateway(engine_server, setting) as (_, url):
+        gateway = Gateway(url, engine)
+        try:
+            assert _holds_every_turn(_chain(gateway, 3), 3)
+            engine.push(Reply(text="Before."))
+            before = gateway.openai().responses.create(model="m", input="Before the outage.")
+        finally:
+            redis.__exit__(None, None, None)
+        with gateway.http() as client:
+            for _ in range(3):  # the first one waits for Redis, the next ones back off
+                answer = client.post(
+                    "/v1/responses",
+                    json={"model": "m", "input": "Go on.", "previous_response_id": before.id},
+                )
+                assert answer.status_code == 503, answer.text
+                error = answer.json()["error"]
+                assert error["param"] == "previous_response_id"
+                assert "state store is unavailable" in error["message"]
+            engine.push(Reply(text="Served anyway."))
+            served = client.post("/v1/responses", json={"model": "m", "input": "Hi."})
+            assert served.status_code == 200 and "Served anyway." in served.text
+            assert client.get("/ready").json()["state"]["ok"] is False
+        with redis_server(port):
+            deadline = time.monotonic() + 15
+            while not httpx.get(url + "/ready", timeout=5).json()["state"]["ok"]:
+                assert time.monotonic() < deadline, "the gateway did not see Redis come back"
+                time.sleep(0.2)
+            time.sleep(2.1)  # past the back-off the last failure started
+            assert _holds_every_turn(_chain(gateway, 3), 3)
