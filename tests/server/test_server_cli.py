@@ -133,6 +133,24 @@ def test_unloadable_tokenizer_is_an_input_error(capsys: pytest.CaptureFixture[st
     assert error.startswith("dsmlkit serve: --tokenizer: ") and "not found" in error
 
 
+@pytest.mark.parametrize(
+    ("state", "words"),
+    [
+        ("memcached://x", "--state must be memory, sqlite:PATH or redis://HOST:PORT/DB"),
+        ("sqlite:", "--state sqlite:PATH needs a file path"),
+        ("sqlite:/nonexistent/dir/state.db", "--state sqlite:/nonexistent/dir/state.db: cannot"),
+    ],
+)
+def test_a_bad_state_is_a_usage_error_naming_state(
+    state: str, words: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", "--tokenizer", "none", "--state", state]) == 2
+    assert capsys.readouterr().err.startswith(f"dsmlkit serve: {words}")
+    monkeypatch.setenv("DSMLKIT_STATE", state)
+    assert main(["serve", "--tokenizer", "none"]) == 2
+    assert "--tokenizer" not in capsys.readouterr().err
+
+
 def test_missing_server_extra_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

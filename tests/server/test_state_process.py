@@ -1,9 +1,12 @@
 """The state stores through a real ``dsmlkit serve``: every ``--state`` with one worker and
 with ``--workers 2`` (Responses chains whatever worker answers), a real Redis killed and
-restarted under a running gateway."""
+restarted under a running gateway, and the one key several workers share."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ from tests.server.conftest import CLIENT_TIMEOUT, Gateway
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.redis_server import free_port, redis_server, redis_url
 from tests.server.test_server_process import _serve
+from tests.server.test_server_responses_state import CALL_TEXT, TOOLS
 
 __all__ = ["redis_url"]  # the fixture
 
@@ -141,3 +145,60 @@ def test_redis_killed_and_restarted_under_a_running_gateway(
                 time.sleep(0.2)
             time.sleep(2.1)  # past the back-off the last failure started
             assert _holds_every_turn(_chain(gateway, 3), 3)
+
+
+@pytest.mark.parametrize("state", ["memory", "sqlite::memory:"])
+def test_several_workers_with_a_per_process_store_are_refused(state: str) -> None:
+    command = [sys.executable, "-m", "dsmlkit", "serve", "--port", str(free_port())]
+    done = subprocess.run(
+        [*command, "--tokenizer", "none", "--workers", "2", "--state", state],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 5, done.stderr
+    assert done.stderr.startswith(f"dsmlkit serve: --workers 2 with --state {state}: ")
+    assert "--state sqlite:PATH or --state redis://HOST:PORT/DB" in done.stderr
+
+
+def test_workers_without_a_secret_share_the_one_key_the_parent_made(
+    engine_server: tuple[FakeEngine, str], engine: FakeEngine, tmp_path: Path
+) -> None:
+    """Reasoning sealed by one worker opens on the other: 20 follow-ups, none refused."""
+    assert "DSMLKIT_STATE_SECRET" not in os.environ
+    with _gateway(engine_server, f"sqlite:{tmp_path}/state.db", "--workers", "2") as (_, url):
+        client = _client(url)
+        for turn in range(20):
+            engine.push(Reply(text=f"Secret thought {turn}." + CALL_TEXT.split("</think>")[1]))
+            engine.push(Reply(text="Sunny.</think>It is sunny."))
+            first = client.responses.create(
+                model="m",
+                input="Weather in Paris?",
+                tools=TOOLS,
+                store=False,
+                include=["reasoning.encrypted_content"],
+            )
+            sealed = next(item for item in first.output if item.type == "reasoning")
+            call = next(item for item in first.output if item.type == "function_call")
+            assert sealed.encrypted_content
+            client.responses.create(
+                model="m",
+                store=False,
+                tools=TOOLS,
+                input=[
+                    {"role": "user", "content": "Weather in Paris?"},
+                    {
+                        "type": "reasoning",
+                        "summary": [],
+                        "encrypted_content": sealed.encrypted_content,
+                    },
+                    {
+                        "type": "function_call",
+                        "call_id": call.call_id,
+                        "name": call.name,
+                        "arguments": call.arguments,
+                    },
+                    {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+                ],
+            )
+            assert f"Secret thought {turn}.</think>" in engine.requests[-1]["prompt"]

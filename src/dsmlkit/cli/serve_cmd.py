@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import ipaddress
 import os
+import secrets
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -185,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
         from dsmlkit.server import ServerConfig, create_app
         from dsmlkit.server.config import ConfigError, load_config_file
         from dsmlkit.server.runtime import configure_logging, serve
+        from dsmlkit.server.state_store import StateSettingError, per_process
     except ImportError as exc:
         return fail(
             "serve", f"needs the server extra ({exc.name} is missing): {INSTALL_HINT}", EXIT_START
@@ -208,6 +210,17 @@ def run(args: argparse.Namespace) -> int:
             upstream_api=args.upstream_api or "completions",
             tokenizer=args.tokenizer,
         )
+    if args.workers > 1 and per_process(args.state):
+        return fail(
+            "serve",
+            f"--workers {args.workers} with --state {args.state}: each worker would keep its "
+            "own state and share none of it; use --state sqlite:PATH or --state "
+            "redis://HOST:PORT/DB",
+            EXIT_CONFIG,
+        )
+    if args.workers > 1 and not os.environ.get(STATE_SECRET_ENV):
+        # one key for every worker (each would draw its own): they inherit the environment
+        os.environ[STATE_SECRET_ENV] = secrets.token_hex(32)
     try:
         config = ServerConfig(
             **settings,
@@ -226,6 +239,8 @@ def run(args: argparse.Namespace) -> int:
         return fail("serve", flag + exc.reason, EXIT_USAGE)
     try:
         app = create_app(config)
+    except StateSettingError as exc:  # its message names --state
+        return fail("serve", str(exc), EXIT_USAGE)
     except Exception as exc:  # a tokenizer that cannot be loaded, reported plainly
         return fail("serve", f"--tokenizer: {exc}", EXIT_INPUT)
     try:

@@ -5,6 +5,7 @@ every entry expires), ``sqlite:PATH`` (a file that survives restarts) or
 ``redis://HOST:PORT/DB`` (shared by several gateway replicas). Values are strings, written
 with a time to live. Every operation that fails raises :class:`StateStoreUnavailable`; the
 callers decide what a missing state means (the reasoning round trip answers without it).
+A setting that cannot be used raises :class:`StateSettingError` when the store is opened.
 
 Users: :mod:`dsmlkit.server.reasoning_store` (reasoning by call id) and the Responses API
 (``store`` / ``previous_response_id``). Keys are namespaced by the caller (``reasoning:…``,
@@ -41,6 +42,11 @@ class StateStoreUnavailable(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class StateSettingError(CallerError):
+    """A ``--state`` setting of the wrong form, or a store it names that cannot be opened
+    (the message names ``--state``)."""
 
 
 @dataclass(frozen=True)
@@ -85,19 +91,28 @@ async def get_one(store: StateStore, key: str) -> str | None:
 
 
 def open_store(setting: str, *, memory_entries: int = DEFAULT_MEMORY_ENTRIES) -> StateStore:
-    """The store ``--state`` names; a setting of the wrong form raises ``ValueError``."""
+    """The store ``--state`` names; a setting that cannot be used raises
+    :class:`StateSettingError`."""
     if setting == "memory":
         return MemoryStore(memory_entries)
     if setting.startswith("sqlite:"):
         path = setting.removeprefix("sqlite:")
         if not path:
-            raise CallerError("--state sqlite:PATH needs a file path, e.g. sqlite:/var/lib/ds.db")
+            raise StateSettingError(
+                "--state sqlite:PATH needs a file path, e.g. sqlite:/var/lib/ds.db"
+            )
         return SqliteStore(path)
     if setting.startswith(("redis://", "rediss://", "unix://")):
         return RedisStore(setting)
-    raise CallerError(
+    raise StateSettingError(
         f"--state must be memory, sqlite:PATH or redis://HOST:PORT/DB, not {setting!r}"
     )
+
+
+def per_process(setting: str) -> bool:
+    """Whether the store ``setting`` names lives inside one process (so ``--workers``
+    processes would each have their own): ``memory`` and ``sqlite::memory:``."""
+    return setting in ("memory", "sqlite::memory:")
 
 
 class MemoryStore:
@@ -165,7 +180,9 @@ class SqliteStore:
                 "(key TEXT PRIMARY KEY, value TEXT NOT NULL, expires REAL NOT NULL)"
             )
         except sqlite3.Error as exc:
-            raise CallerError(f"--state {self.description}: cannot open the file: {exc}") from exc
+            raise StateSettingError(
+                f"--state {self.description}: cannot open the file: {exc}"
+            ) from exc
 
     async def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         wanted = list(dict.fromkeys(keys))
@@ -238,7 +255,7 @@ class RedisStore:
         try:
             import redis.asyncio as aioredis
         except ImportError as exc:
-            raise CallerError(
+            raise StateSettingError(
                 "--state redis://… needs the redis package: pip install 'dsmlkit[server]'"
             ) from exc
         from redis.exceptions import RedisError
@@ -252,7 +269,7 @@ class RedisStore:
                 decode_responses=True,
             )
         except ValueError as exc:
-            raise CallerError(f"--state {url!r}: {exc}") from exc
+            raise StateSettingError(f"--state {url!r}: {exc}") from exc
         kwargs = self._client.connection_pool.connection_kwargs
         where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
         self.description = f"redis://{where}/{kwargs.get('db', 0)}"
