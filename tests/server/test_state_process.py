@@ -33,15 +33,15 @@ def _gateway(engine_server: tuple[FakeEngine, str], state: str, *flags: str) -> 
 
 
 def _client(url: str) -> openai.OpenAI:
-    """An SDK client that opens a new connection for every request, so that with several
-    workers any of them may answer each one (a kept-alive connection stays with one)."""
+    """An SDK client whose every request asks for its connection to be closed after, so
+    that with several workers any of them may answer each one (a kept-alive connection
+    stays with one)."""
     return openai.OpenAI(
         base_url=url + "/v1",
         api_key="test",
         max_retries=0,
-        http_client=httpx.Client(
-            timeout=CLIENT_TIMEOUT, limits=httpx.Limits(max_keepalive_connections=0)
-        ),
+        timeout=CLIENT_TIMEOUT,
+        default_headers={"connection": "close"},
     )
 
 
@@ -181,24 +181,20 @@ def test_workers_without_a_secret_share_the_one_key_the_parent_made(
             sealed = next(item for item in first.output if item.type == "reasoning")
             call = next(item for item in first.output if item.type == "function_call")
             assert sealed.encrypted_content
-            client.responses.create(
-                model="m",
-                store=False,
-                tools=TOOLS,
-                input=[
-                    {"role": "user", "content": "Weather in Paris?"},
-                    {
-                        "type": "reasoning",
-                        "summary": [],
-                        "encrypted_content": sealed.encrypted_content,
-                    },
-                    {
-                        "type": "function_call",
-                        "call_id": call.call_id,
-                        "name": call.name,
-                        "arguments": call.arguments,
-                    },
-                    {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
-                ],
-            )
+            follow_up: list[Any] = [
+                {"role": "user", "content": "Weather in Paris?"},
+                {
+                    "type": "reasoning",
+                    "summary": [],
+                    "encrypted_content": sealed.encrypted_content,
+                },
+                {
+                    "type": "function_call",
+                    "call_id": call.call_id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                },
+                {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+            ]
+            client.responses.create(model="m", store=False, tools=TOOLS, input=follow_up)
             assert f"Secret thought {turn}.</think>" in engine.requests[-1]["prompt"]
