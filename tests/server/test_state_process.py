@@ -5,6 +5,7 @@ restarted under a running gateway, and the one key several workers share."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -93,6 +94,27 @@ def test_a_responses_chain_is_read_back_in_every_configuration(
         prompt = _chain(Gateway(url, engine))
     assert ready["state"]["ok"] is True, ready
     assert _holds_every_turn(prompt), prompt
+
+
+def test_a_50_turn_chain_stores_each_turn_once(
+    engine_server: tuple[FakeEngine, str], engine: FakeEngine, tmp_path: Path
+) -> None:
+    """The bytes a chain takes in the sqlite file grow linearly with its turns."""
+    path = tmp_path / "state.db"
+    with _gateway(engine_server, f"sqlite:{path}") as (_, url):
+        assert _holds_every_turn(_chain(Gateway(url, engine), 50), 50)
+    with sqlite3.connect(path) as db:
+        sizes = [
+            size
+            for (size,) in db.execute(
+                "SELECT length(value) FROM state WHERE key LIKE 'response:%' ORDER BY rowid"
+            )
+        ]
+    assert len(sizes) == 50
+    # each turn holds its question, its answer and at most 16 links: the last is no
+    # bigger than the 17th (today's store re-stored the whole history: 50 times the first)
+    assert max(sizes[16:]) <= sizes[16] * 1.05, sizes
+    assert sum(sizes) < 50 * sizes[16]
 
 
 def test_a_sqlite_file_outlives_the_gateway(

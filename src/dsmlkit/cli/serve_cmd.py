@@ -149,6 +149,14 @@ def register(subparsers: Any) -> None:
         "sqlite:PATH (survives restarts) or redis://HOST:PORT/DB (shared by replicas); "
         f"${STATE_SECRET_ENV} signs thinking blocks and seals Responses reasoning",
     )
+    add(
+        "--state-max-mb",
+        metavar="MB",
+        type=_positive(float),
+        default=256.0,
+        help="most memory the memory state store holds; the least recently used entries "
+        "go first (default: 256)",
+    )
     add("--workers", type=_positive(int), default=1, help="worker processes (default: 1)")
     add("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
     _defaults_from_environment(parser)
@@ -232,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
             body_timeout=args.body_timeout,
             shutdown_grace=args.shutdown_grace,
             state=args.state,
+            state_max_bytes=int(args.state_max_mb * 1024 * 1024),
             state_secret=os.environ.get(STATE_SECRET_ENV) or None,
         )
     except ConfigError as exc:

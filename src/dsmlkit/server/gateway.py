@@ -170,7 +170,7 @@ async def responses(request: Request) -> Response:
 async def _gateway(request: Request, api: Api) -> Response:
     state = state_of(request)
     record = record_of(request)
-    body = await read_json(request)
+    body = sent = await read_json(request)
     if api == "responses":
         body, record.reasoning_restored, state_error = await with_history(state.reasoning, body)
     else:
@@ -196,9 +196,9 @@ async def _gateway(request: Request, api: Api) -> Response:
     sign_thinking = state.reasoning.signer.sign
 
     async def keep(response: dict[str, Any]) -> None:
-        """Store a Responses answer's conversation (a store failure is logged, not fatal)."""
+        """Store a Responses answer's turn (a store failure is logged, not fatal)."""
         try:
-            await save(state.reasoning, body, response)
+            await save(state.reasoning, sent, response)
         except StateStoreUnavailable as exc:
             record.state_error = exc.message
 

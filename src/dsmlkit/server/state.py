@@ -132,7 +132,7 @@ class ServerState:
     seal_key: bytes = field(init=False)
 
     def __post_init__(self) -> None:
-        store = open_store(self.config.state)
+        store = open_store(self.config.state, max_bytes=self.config.state_max_bytes)
         secret = self.config.state_secret or secrets.token_hex(32)
         self.reasoning = ReasoningMemory(store, ThinkingSigner(secret))
         self.seal_key = secret.encode()
