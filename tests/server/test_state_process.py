@@ -117,6 +117,43 @@ def test_a_50_turn_chain_stores_each_turn_once(
     assert sum(sizes) < 50 * sizes[16]
 
 
+def test_the_memory_store_of_a_server_keeps_the_latest_responses_within_its_bound(
+    engine_server: tuple[FakeEngine, str], engine: FakeEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``DSMLKIT_STATE_MAX_MB=1``, five responses of 300 KB: the two oldest are dropped."""
+    monkeypatch.setenv("DSMLKIT_STATE_MAX_MB", "1")
+    thought = "x" * 300_000  # an earlier turn's reasoning: stored, left out of the prompt
+    closed_turn: list[Any] = [
+        {"role": "user", "content": "Hello?"},
+        {
+            "type": "reasoning",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": thought}],
+        },
+        {"role": "assistant", "content": "Hello."},
+    ]
+    with _gateway(engine_server, "memory") as (_, url):
+        client = _client(url)
+        ids = []
+        for turn in range(5):
+            engine.push(Reply(text="Fine.</think>Noted."))
+            asked = [*closed_turn, {"role": "user", "content": f"Question {turn}?"}]
+            ids.append(client.responses.create(model="m", input=asked).id)
+        kept = []
+        for response_id in ids:
+            engine.push(Reply(text="Fine.</think>Again."))
+            try:
+                client.responses.create(
+                    model="m", input="Go on.", previous_response_id=response_id, store=False
+                )
+            except openai.BadRequestError as exc:
+                assert "not found" in exc.message
+                kept.append(False)
+            else:
+                kept.append(True)
+    assert kept == [False, False, True, True, True]
+
+
 def test_a_sqlite_file_outlives_the_gateway(
     engine_server: tuple[FakeEngine, str], engine: FakeEngine, tmp_path: Path
 ) -> None:

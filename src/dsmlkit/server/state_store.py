@@ -1,10 +1,11 @@
 """Where the gateway keeps state between requests: a small key-value store with expiry.
 
 ``--state`` picks one: ``memory`` (default; bounded in bytes, least recently used entries
-go first, every entry expires; one process only), ``sqlite:PATH`` (a file that survives restarts) or
-``redis://HOST:PORT/DB`` (shared by several gateway replicas). Values are strings, written
-with a time to live. Every operation that fails raises :class:`StateStoreUnavailable`; the
-callers decide what a missing state means (the reasoning round trip answers without it).
+go first, every entry expires; one process only), ``sqlite:PATH`` (a file that survives
+restarts) or ``redis://HOST:PORT/DB`` (shared by several gateway replicas). Values are
+strings, written with a time to live. Every operation that fails raises
+:class:`StateStoreUnavailable`; the callers decide what a missing state means (the
+reasoning round trip answers without it).
 A setting that cannot be used raises :class:`StateSettingError` when the store is opened.
 
 Users: :mod:`dsmlkit.server.reasoning_store` (reasoning by call id) and the Responses API
