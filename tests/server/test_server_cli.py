@@ -117,6 +117,7 @@ def test_upstream_endpoint(upstream: str, api: Any, endpoint: str) -> None:
         (["serve", "--upstream-timeout", "0"], "--upstream-timeout: 0 must be positive"),
         (["serve", "--port", "99999"], "--port: 99999 is not a port (1-65535)"),
         (["serve", "--port", "0"], "--port: 0 is not a port (1-65535)"),
+        (["serve", "--state-max-mb", "0"], "--state-max-mb: 0 must be positive"),
         (["serve", "--config", "x.toml", "--dialect", "v4"], "drop --dialect"),
     ],
 )
