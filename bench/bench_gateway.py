@@ -376,6 +376,8 @@ class Numbers:
 def start_gateway(port: int, engine_url: str, workers: int) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "dsmlkit", "serve", "--port", str(port)]
     command += ["--upstream", engine_url, "--workers", str(workers), "--log-level", "warning"]
+    if workers > 1:  # workers share state through a file (memory is one process's own)
+        command += ["--state", f"sqlite:{tempfile.gettempdir()}/bench-gateway-{port}.db"]
     # the per-request log lines are written, then dropped
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

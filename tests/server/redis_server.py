@@ -32,12 +32,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def redis_server() -> Iterator[str]:
-    """Start a private redis-server (no persistence) and yield ``redis://127.0.0.1:PORT/0``."""
+def redis_server(port: int | None = None) -> Iterator[str]:
+    """Start a private redis-server (no persistence) on ``port`` (default: a free one) and
+    yield ``redis://127.0.0.1:PORT/0``."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip(SKIP_REASON)
-    port = free_port()
+    port = port or free_port()
     process = subprocess.Popen(
         [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
         stdout=subprocess.DEVNULL,

@@ -19,6 +19,7 @@ from dsmlkit.server.state_store import (
     SqliteStore,
     StateStore,
     StateStoreUnavailable,
+    entry_size,
     get_one,
     open_store,
 )
@@ -90,12 +91,46 @@ def test_a_live_store_is_ready(with_store: Any) -> None:
 
 
 def test_memory_store_drops_the_least_recently_used() -> None:
-    store = MemoryStore(max_entries=2)
+    store = MemoryStore(max_bytes=2 * entry_size("a", "1"))
     run(store.put_many, {"a": "1", "b": "2"})
     run(store.get_many, ["a"])  # a is now the most recent
     run(store.put_many, {"c": "3"})
     assert run(store.get_many, ["a", "b", "c"]) == {"a": "1", "c": "3"}
     assert len(store) == 2
+
+
+def test_memory_store_counts_bytes_and_drops_the_least_recently_used_first() -> None:
+    value = "x" * 1000
+    one = entry_size("k0", value)
+    store = MemoryStore(max_bytes=3 * one)
+    run(store.put_many, {"k0": value, "k1": value, "k2": value})
+    assert (len(store), store.size) == (3, 3 * one)
+    run(store.get_many, ["k0"])  # k0 is now the most recently used, k1 the least
+    run(store.put_many, {"k3": value})
+    assert run(store.get_many, ["k0", "k1", "k2", "k3"]).keys() == {"k0", "k2", "k3"}
+    run(store.put_many, {"k2": "y"})  # a smaller value replaces the old one's bytes
+    assert store.size == 2 * one + entry_size("k2", "y")
+    wide = "€" * 1000  # Python holds it in two bytes a character
+    assert entry_size("k4", wide) > entry_size("k4", value)
+    run(store.put_many, {"k4": wide})  # the least recent go: k0 (read before k3), then k3
+    assert run(store.get_many, ["k0", "k2", "k3", "k4"]).keys() == {"k2", "k4"}
+    assert store.size == entry_size("k2", "y") + entry_size("k4", wide) <= store.max_bytes
+
+
+def test_memory_store_keeps_no_value_larger_than_its_bound() -> None:
+    store = MemoryStore(max_bytes=entry_size("k", "x" * 100))
+    run(store.put_many, {"k": "x" * 100})
+    run(store.put_many, {"big": "x" * 101})
+    assert run(store.get_many, ["k", "big"]) == {"k": "x" * 100}  # nothing else pushed out
+
+
+def test_memory_store_frees_the_bytes_of_expired_entries() -> None:
+    store = MemoryStore()
+    run(store.put_many, {"gone": "x" * 100}, 0.01)
+    run(store.put_many, {"kept": "y"})
+    time.sleep(0.05)
+    assert run(store.get_many, ["gone", "kept"]) == {"kept": "y"}
+    assert store.size == entry_size("kept", "y")
 
 
 def test_sqlite_store_keeps_values_across_instances(tmp_path: Path) -> None:

@@ -117,6 +117,7 @@ def test_upstream_endpoint(upstream: str, api: Any, endpoint: str) -> None:
         (["serve", "--upstream-timeout", "0"], "--upstream-timeout: 0 must be positive"),
         (["serve", "--port", "99999"], "--port: 99999 is not a port (1-65535)"),
         (["serve", "--port", "0"], "--port: 0 is not a port (1-65535)"),
+        (["serve", "--state-max-mb", "0"], "--state-max-mb: 0 must be positive"),
         (["serve", "--config", "x.toml", "--dialect", "v4"], "drop --dialect"),
     ],
 )
@@ -131,6 +132,24 @@ def test_unloadable_tokenizer_is_an_input_error(capsys: pytest.CaptureFixture[st
     assert main(["serve", "--tokenizer", "/nonexistent/tokenizer.json"]) == 3
     error = capsys.readouterr().err
     assert error.startswith("dsmlkit serve: --tokenizer: ") and "not found" in error
+
+
+@pytest.mark.parametrize(
+    ("state", "words"),
+    [
+        ("memcached://x", "--state must be memory, sqlite:PATH or redis://HOST:PORT/DB"),
+        ("sqlite:", "--state sqlite:PATH needs a file path"),
+        ("sqlite:/nonexistent/dir/state.db", "--state sqlite:/nonexistent/dir/state.db: cannot"),
+    ],
+)
+def test_a_bad_state_is_a_usage_error_naming_state(
+    state: str, words: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["serve", "--tokenizer", "none", "--state", state]) == 2
+    assert capsys.readouterr().err.startswith(f"dsmlkit serve: {words}")
+    monkeypatch.setenv("DSMLKIT_STATE", state)
+    assert main(["serve", "--tokenizer", "none"]) == 2
+    assert "--tokenizer" not in capsys.readouterr().err
 
 
 def test_missing_server_extra_says_what_to_install(

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import pytest
@@ -155,11 +156,11 @@ def test_a_slow_body_is_a_408() -> None:
         assert b"did not arrive within 0.5 seconds" in answer
 
 
-def test_several_workers_serve_and_stop(engine_server: tuple[FakeEngine, str]) -> None:
-    with _serve("--tokenizer", "none", "--workers", "2", "--upstream", engine_server[1]) as (
-        process,
-        url,
-    ):
+def test_several_workers_serve_and_stop(
+    engine_server: tuple[FakeEngine, str], tmp_path: Path
+) -> None:
+    flags = ("--tokenizer", "none", "--workers", "2", "--state", f"sqlite:{tmp_path}/state.db")
+    with _serve(*flags, "--upstream", engine_server[1]) as (process, url):
         for _ in range(4):
             assert httpx.get(url + "/health").json() == {"status": "ok"}
         assert httpx.get(url + "/ready").status_code == 200

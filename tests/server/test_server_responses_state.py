@@ -6,7 +6,9 @@ Through the official openai SDK against the fake engine; the engine's received p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+import math
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +18,11 @@ import pytest
 from openai.types.responses import Response
 
 from dsmlkit.dialects import V4_1
-from dsmlkit.errors import ApiError
+from dsmlkit.errors import ApiError, InvalidRequest
+from dsmlkit.server import response_store
 from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
-from dsmlkit.server.response_store import with_history
-from dsmlkit.server.state_store import SqliteStore
+from dsmlkit.server.response_store import LINKS, save, with_history
+from dsmlkit.server.state_store import MemoryStore, SqliteStore
 from tests.helpers import write_block
 from tests.server.conftest import Gateway
 from tests.server.fake_engine import FakeEngine, Reply
@@ -146,3 +149,88 @@ def test_a_store_outage_is_a_503_naming_the_param(tmp_path: Path) -> None:
     with pytest.raises(ApiError) as caught:
         anyio.run(with_history, memory, memory.signer.ring, body)
     assert (caught.value.status, caught.value.param) == (503, "previous_response_id")
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts its reads."""
+
+    reads = 0
+
+    async def get_many(self, keys: Iterable[str]) -> dict[str, str]:
+        self.reads += 1
+        return await super().get_many(keys)
+
+
+def _saved_chain(memory: ReasoningMemory, turns: int) -> list[str]:
+    """Store ``turns`` linked turns as the gateway does; their response ids, oldest first."""
+    ids: list[str] = []
+    for turn in range(turns):
+        body: dict[str, Any] = {"input": f"Question {turn}?"}
+        if ids:
+            body["previous_response_id"] = ids[-1]
+        answer = {"type": "message", "role": "assistant", "content": f"Answer {turn}."}
+        ids.append(f"resp_{turn:04d}")
+        anyio.run(save, memory, body, {"id": ids[-1], "output": [answer]})
+    return ids
+
+
+def _said(items: list[Any]) -> list[str]:
+    return [item["content"] for item in items]
+
+
+def test_a_chain_is_read_back_oldest_first_in_batches_of_links() -> None:
+    store = CountingStore()
+    memory = ReasoningMemory(store, ThinkingSigner())
+    ids = _saved_chain(memory, 40)
+    store.reads = 0
+    body, _, _, _ = anyio.run(
+        with_history,
+        memory,
+        memory.signer.ring,
+        {"input": "Next?", "previous_response_id": ids[-1]},
+    )
+    expected = [text for t in range(40) for text in (f"Question {t}?", f"Answer {t}.")]
+    assert _said(body["input"]) == [*expected, "Next?"]
+    assert store.reads == 1 + math.ceil(39 / LINKS)  # the newest turn, then batches of links
+
+
+def test_a_chain_stores_each_turn_once() -> None:
+    store = MemoryStore()
+    memory = ReasoningMemory(store, ThinkingSigner())
+    sizes = []
+    for turns in (10, 50):
+        before = store.size
+        _saved_chain(memory, turns)
+        sizes.append(store.size - before)
+    per_turn = [size / turns for size, turns in zip(sizes, (10, 50), strict=True)]
+    assert per_turn[1] < per_turn[0] * 1.2, per_turn  # linear: the same bytes a turn
+
+
+def test_a_missing_link_or_a_chain_too_long_is_a_400_naming_the_param(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = MemoryStore()
+    memory = ReasoningMemory(store, ThinkingSigner())
+    ids = _saved_chain(memory, 5)
+    body = {"input": "Next?", "previous_response_id": ids[-1]}
+    monkeypatch.setattr(response_store, "MAX_CHAIN", 4)
+    with pytest.raises(InvalidRequest, match="more than 4 responses") as caught:
+        anyio.run(with_history, memory, memory.signer.ring, body)
+    assert caught.value.param == "previous_response_id"
+    monkeypatch.undo()
+    anyio.run(store.put_many, {"response:" + ids[1]: "[]"}, 0.0)  # expired
+    with pytest.raises(InvalidRequest, match=f"earlier response '{ids[1]}'") as caught:
+        anyio.run(with_history, memory, memory.signer.ring, body)
+    assert (caught.value.status, caught.value.param) == (400, "previous_response_id")
+
+
+def test_a_whole_conversation_stored_before_links_is_still_read() -> None:
+    store = MemoryStore()
+    memory = ReasoningMemory(store, ThinkingSigner())
+    old = [{"type": "message", "role": "user", "content": "Old question?"}]
+    anyio.run(store.put_many, {"response:resp_old": json.dumps(old)})
+    body = {"input": "Next?", "previous_response_id": "resp_old"}
+    assert _said(anyio.run(with_history, memory, memory.signer.ring, body)[0]["input"]) == [
+        "Old question?",
+        "Next?",
+    ]

@@ -12,7 +12,8 @@ Exit codes, the same for every subcommand (docs/cli.md):
 2   usage: a bad flag or ``DSMLKIT_*`` environment value (the message names it)
 3   input: a file or stdin cannot be read or holds invalid data (named)
 4   the server cannot start or its upstream engine is unusable
-5   the ``--config`` file is invalid (the message names the file and key)
+5   the ``--config`` file is invalid (the message names the file and key), or the
+    settings do not fit together (``serve --workers N`` with a per-process ``--state``)
 ==  ==========================================================================
 """
 

@@ -13,6 +13,7 @@ import asyncio
 import ipaddress
 import math
 import os
+import secrets
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -189,6 +190,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "to fit, noted in the x-dsmlkit-max-tokens-clamped header (clamp, default) or "
         "answer 400 (reject)",
     )
+    add(
+        "--state-max-mb",
+        metavar="MB",
+        type=_positive(float),
+        default=256.0,
+        help="most memory the memory state store holds; the least recently used entries "
+        "go first (default: 256)",
+    )
     add("--workers", type=_positive(int), default=1, help="worker processes (default: 1)")
     add("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
     _defaults_from_environment(parser)
@@ -226,6 +235,7 @@ def run(args: argparse.Namespace) -> int:
         from dsmlkit.server import ServerConfig, create_app
         from dsmlkit.server.config import ConfigError, load_config_file
         from dsmlkit.server.runtime import configure_logging, metrics_directory, serve
+        from dsmlkit.server.state_store import StateSettingError, per_process
     except ImportError as exc:
         missing = f"needs the server extra ({exc.name} is missing)"
         return fail("serve", f"{missing}: {install_hint('server')}", EXIT_START)
@@ -248,6 +258,17 @@ def run(args: argparse.Namespace) -> int:
             upstream_api=args.upstream_api or "completions",
             tokenizer=args.tokenizer,
         )
+    if args.workers > 1 and per_process(args.state):
+        return fail(
+            "serve",
+            f"--workers {args.workers} with --state {args.state}: each worker would keep its "
+            "own state and share none of it; use --state sqlite:PATH or --state "
+            "redis://HOST:PORT/DB",
+            EXIT_CONFIG,
+        )
+    if args.workers > 1 and not os.environ.get(STATE_SECRET_ENV):
+        # one key for every worker (each would draw its own): they inherit the environment
+        os.environ[STATE_SECRET_ENV] = secrets.token_hex(32)
     try:
         config = ServerConfig(
             **settings,
@@ -259,6 +280,7 @@ def run(args: argparse.Namespace) -> int:
             body_timeout=args.body_timeout,
             shutdown_grace=args.shutdown_grace,
             state=args.state,
+            state_max_bytes=int(args.state_max_mb * 1024 * 1024),
             state_secret=os.environ.get(STATE_SECRET_ENV) or None,
             max_tokens_policy=args.max_tokens_policy,
         )
@@ -273,6 +295,8 @@ def run(args: argparse.Namespace) -> int:
         return fail("serve", str(exc), EXIT_START)
     try:
         app = create_app(config)
+    except StateSettingError as exc:  # its message names --state
+        return fail("serve", str(exc), EXIT_USAGE)
     except Exception as exc:  # a tokenizer that cannot be loaded, reported plainly
         return fail("serve", f"--tokenizer: {exc}", EXIT_INPUT)
     try:
@@ -281,7 +305,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("serve", f"cannot listen on {args.host}:{args.port}: {exc}", EXIT_START)
     configure_logging(args.log_level)
     state: ServerState = app.state.dsmlkit
-    asyncio.run(_read_engines(state))
+    asyncio.run(_read_engines(state, served_here=args.workers == 1))
     mismatches = [f"model {m.name}: {m.name_mismatch()}" for m in state.models if m.name_mismatch()]
     if mismatches:
         sock.close()
@@ -307,11 +331,14 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-async def _read_engines(state: ServerState) -> None:
+async def _read_engines(state: ServerState, *, served_here: bool) -> None:
+    """Read the engines for the banner, in an event loop of its own: the upstream client
+    is closed after; the state store stays open when this process serves the app, and is
+    closed when the ``--workers`` processes open their own."""
     try:
         await state.read_engines()
     finally:
-        await state.aclose()
+        await (state.close_upstream() if served_here else state.aclose())
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

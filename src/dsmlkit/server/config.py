@@ -176,6 +176,8 @@ class ServerConfig:
     max_body_bytes: int = 32 * 1024 * 1024
     #: ``memory``, ``sqlite:PATH`` or ``redis://HOST:PORT/DB`` (see :mod:`.state_store`).
     state: str = "memory"
+    #: What the ``memory`` store may hold, in bytes (least recently used entries go first).
+    state_max_bytes: int = 256 * 1024 * 1024
     #: Signs Anthropic thinking blocks (see :mod:`.reasoning_store`) and seals Responses
     #: reasoning (``encrypted_content``): comma-separated secrets, the first one seals, any
     #: opens (:mod:`.sealing`); default: random.
@@ -205,6 +207,8 @@ class ServerConfig:
             read_secrets(self.state_secret)
         except CallerError as exc:
             raise ConfigError(str(exc), "state_secret") from None
+        if self.state_max_bytes <= 0:
+            raise ConfigError("must be positive", "state_max_bytes")
         seen: set[str] = set()
         for model in self.models:
             for name in model.names:

@@ -176,7 +176,8 @@ async def responses(request: Request) -> Response:
 async def _gateway(request: Request, api: Api) -> Response:
     state = state_of(request)
     record = record_of(request)
-    restored = await restore_history(state, api, await read_json(request))
+    sent = await read_json(request)
+    restored = await restore_history(state, api, sent)
     body, record.history_changed = restored.body, restored.changed
     record.reasoning_restored, record.state_error = restored.reasoning, restored.error
     model = model_of(state, body)
@@ -200,9 +201,9 @@ async def _gateway(request: Request, api: Api) -> Response:
     sign_thinking = partial(state.reasoning.signer.sign, model=req.model)
 
     async def keep(response: dict[str, Any]) -> None:
-        """Store a Responses answer's conversation (a store failure is logged, not fatal)."""
+        """Store a Responses answer's turn (a store failure is logged, not fatal)."""
         try:
-            await save(state.reasoning, body, response)
+            await save(state.reasoning, sent, response)
         except StateStoreUnavailable as exc:
             record.state_error = exc.message
 

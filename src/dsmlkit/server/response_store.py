@@ -1,11 +1,19 @@
 """Responses ``store`` / ``previous_response_id`` on the gateway's state store.
 
-A stored response keeps the conversation it ended: its full input items followed by its
-output items, as JSON under ``response:<id>``, for the store's TTL. A request naming a
-``previous_response_id`` gets that conversation put in front of its own ``input`` before it
-is read. An id the store does not know (never stored, expired, or ``store: false``) is a 400
-with param ``previous_response_id``; a store that cannot be reached is a 503, since the
-request cannot be answered with the conversation it names.
+A stored response keeps its own turn only: the request's ``input`` items as the client sent
+them, then the output items, with links to the responses before it (its
+``previous_response_id`` first, then that one's, up to :data:`LINKS`), as JSON under
+``response:<id>`` for the store's TTL. A conversation of n turns so takes O(n) bytes, not
+the O(n²) of re-storing the whole history with every turn. A request naming a
+``previous_response_id`` gets the conversation that response ended put in front of its own
+``input`` before it is read: the chain is followed back through the links (a batch of
+them per store read, at most :data:`MAX_CHAIN` responses) and joined oldest first.
+
+An id the store does not know (never stored, expired, evicted, or ``store: false``) is a
+400 with param ``previous_response_id``, and so is a chain with a missing link (an earlier
+response that expired or was evicted) or one longer than :data:`MAX_CHAIN`; a store that
+cannot be reached is a 503, since the request cannot be answered with the conversation it
+names.
 
 Function calls this gateway issued that come back without trusted reasoning (no reasoning
 item in their turn, or one whose sealed ``encrypted_content`` does not open here) get the
@@ -25,6 +33,11 @@ from dsmlkit.server.sealing import KeyRing
 from dsmlkit.server.state_store import StateStoreUnavailable, get_one
 
 _KEY_PREFIX = "response:"
+#: How many earlier responses each stored turn names, nearest first: a chain of n turns is
+#: read in about n / LINKS store reads.
+LINKS = 16
+#: The longest chain ``previous_response_id`` follows (responses).
+MAX_CHAIN = 1000
 #: Items of the assistant's side of a turn (they are one turn when consecutive).
 _ASSISTANT_ITEMS = ("reasoning", "function_call")
 
@@ -44,7 +57,7 @@ async def with_history(
         return body, 0, None, ()
     previous = body.get("previous_response_id")
     if isinstance(previous, str):
-        body = {**body, "input": [*await _stored_items(memory, previous), *_items(body)]}
+        body = {**body, "input": [*await _conversation(memory, previous), *_items(body)]}
     items = body.get("input")
     if not isinstance(items, list):
         return body, 0, None, ()
@@ -55,12 +68,18 @@ async def with_history(
 
 
 async def save(memory: ReasoningMemory, body: Any, response: dict[str, Any]) -> None:
-    """Store the conversation ``response`` ends (``body`` as read, history included) when
-    the request asked for it (``store``, default true); raises :class:`StateStoreUnavailable`."""
+    """Store the turn ``response`` ends when the request asked for it (``store``, default
+    true): ``body`` is the request as the client sent it (before :func:`with_history`).
+    Raises :class:`StateStoreUnavailable`."""
     if not isinstance(body, dict) or body.get("store") is False:
         return
-    items = [*_items(body), *response["output"]]
-    await memory.store.put_many({_KEY_PREFIX + response["id"]: json.dumps(items)}, memory.ttl)
+    previous = body.get("previous_response_id")
+    links: list[str] = []
+    if isinstance(previous, str):
+        stored = await get_one(memory.store, _KEY_PREFIX + previous)
+        links = [previous, *(_turn(stored)[0] if stored is not None else [])][:LINKS]
+    turn = {"links": links, "items": [*_items(body), *response["output"]]}
+    await memory.store.put_many({_KEY_PREFIX + response["id"]: json.dumps(turn)}, memory.ttl)
 
 
 def _items(body: dict[str, Any]) -> list[Any]:
@@ -71,22 +90,56 @@ def _items(body: dict[str, Any]) -> list[Any]:
     return list(given) if isinstance(given, list) else []
 
 
-async def _stored_items(memory: ReasoningMemory, response_id: str) -> list[Any]:
-    try:
-        stored = await get_one(memory.store, _KEY_PREFIX + response_id)
-    except StateStoreUnavailable as exc:
-        raise ApiError(
-            f"previous_response_id: the state store is unavailable ({exc.message}); "
-            "retry later or send the whole conversation as input",
-            "previous_response_id",
-            status=503,
-        ) from exc
-    if stored is None:
-        raise InvalidRequest(
-            f"Previous response with id {response_id!r} not found.", "previous_response_id"
-        )
-    items: list[Any] = json.loads(stored)
-    return items
+def _turn(stored: str) -> tuple[list[str], list[Any]]:
+    """``(links, items)`` of a stored turn; a whole conversation stored as one list (by
+    dsmlkit before turns were linked) has no links."""
+    turn = json.loads(stored)
+    if isinstance(turn, list):
+        return [], turn
+    return turn["links"], turn["items"]
+
+
+async def _conversation(memory: ReasoningMemory, response_id: str) -> list[Any]:
+    """Every item of the conversation ``response_id`` ended, oldest first."""
+    turns: list[list[Any]] = []  # newest first
+    wanted = [response_id]
+    while wanted:
+        if len(turns) + len(wanted) > MAX_CHAIN:
+            raise InvalidRequest(
+                f"Previous response with id {response_id!r} ends a conversation of more than "
+                f"{MAX_CHAIN} responses, longer than this server follows; send the "
+                "conversation as input",
+                "previous_response_id",
+            )
+        try:
+            found = await memory.store.get_many(_KEY_PREFIX + i for i in wanted)
+        except StateStoreUnavailable as exc:
+            raise ApiError(
+                f"previous_response_id: the state store is unavailable ({exc.message}); "
+                "retry later or send the whole conversation as input",
+                "previous_response_id",
+                status=503,
+            ) from exc
+        links: list[str] = []
+        for linked in wanted:
+            stored = found.get(_KEY_PREFIX + linked)
+            if stored is None:
+                raise InvalidRequest(_missing(response_id, linked), "previous_response_id")
+            links, items = _turn(stored)
+            turns.append(items)
+        # the oldest turn read names the ones before it; the others' links were read
+        wanted = links
+    return [item for items in reversed(turns) for item in items]
+
+
+def _missing(response_id: str, linked: str) -> str:
+    if linked == response_id:
+        return f"Previous response with id {response_id!r} not found."
+    return (
+        f"Previous response with id {response_id!r} cannot be continued: the earlier "
+        f"response {linked!r} of its conversation is no longer stored (expired or evicted); "
+        "send the conversation as input"
+    )
 
 
 async def _restore_reasoning(

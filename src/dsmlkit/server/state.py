@@ -132,7 +132,7 @@ class ServerState:
     keys: KeyRing = field(init=False)
 
     def __post_init__(self) -> None:
-        store = open_store(self.config.state)
+        store = open_store(self.config.state, max_bytes=self.config.state_max_bytes)
         self.keys = KeyRing.from_setting(self.config.state_secret)
         self.reasoning = ReasoningMemory(store, ThinkingSigner(self.keys))
 
@@ -231,10 +231,16 @@ class ServerState:
         for scope in list(self._streams):
             scope.cancel()
 
-    async def aclose(self) -> None:
+    async def close_upstream(self) -> None:
+        """Close the upstream client (it belongs to the event loop that used it; the next
+        use makes a new one). The state store stays open."""
         if self._upstream is not None:
             await self._upstream.aclose()
             self._upstream = None
+
+    async def aclose(self) -> None:
+        """The app stops: close the upstream client and the state store."""
+        await self.close_upstream()
         await self.reasoning.store.aclose()
 
 

@@ -1,10 +1,12 @@
 """Where the gateway keeps state between requests: a small key-value store with expiry.
 
-``--state`` picks one: ``memory`` (default; bounded, least recently used entries go first,
-every entry expires), ``sqlite:PATH`` (a file that survives restarts) or
-``redis://HOST:PORT/DB`` (shared by several gateway replicas). Values are strings, written
-with a time to live. Every operation that fails raises :class:`StateStoreUnavailable`; the
-callers decide what a missing state means (the reasoning round trip answers without it).
+``--state`` picks one: ``memory`` (default; bounded in bytes, least recently used entries
+go first, every entry expires; one process only), ``sqlite:PATH`` (a file that survives
+restarts) or ``redis://HOST:PORT/DB`` (shared by several gateway replicas). Values are
+strings, written with a time to live. Every operation that fails raises
+:class:`StateStoreUnavailable`; the callers decide what a missing state means (the
+reasoning round trip answers without it).
+A setting that cannot be used raises :class:`StateSettingError` when the store is opened.
 
 Users: :mod:`dsmlkit.server.reasoning_store` (what the model wrote, by call id) and the
 Responses API (``store`` / ``previous_response_id``). Keys are namespaced by the caller
@@ -14,6 +16,7 @@ Responses API (``store`` / ``previous_response_id``). Keys are namespaced by the
 from __future__ import annotations
 
 import sqlite3
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -27,8 +30,11 @@ from dsmlkit.errors import CallerError, install_hint
 
 #: How long an entry lives unless the caller says otherwise (seconds).
 DEFAULT_TTL = 24 * 3600.0
-#: Entries the memory store holds before it drops the least recently used.
-DEFAULT_MEMORY_ENTRIES = 100_000
+#: What the memory store holds before it drops the least recently used entries (bytes).
+DEFAULT_MEMORY_BYTES = 256 * 1024 * 1024
+#: What one memory entry costs besides its key and value: its slot and link in the
+#: ordered dict, its tuple, expiry and size (measured: 216 bytes on CPython 3.11, 64-bit).
+ENTRY_OVERHEAD = 220
 #: Redis operations give up after this long, so a dead Redis never stalls a request.
 REDIS_TIMEOUT = 0.5
 #: After a failure the Redis store answers "unavailable" at once for this long.
@@ -41,6 +47,11 @@ class StateStoreUnavailable(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class StateSettingError(CallerError):
+    """A ``--state`` setting of the wrong form, or a store it names that cannot be opened
+    (the message names ``--state``)."""
 
 
 @dataclass(frozen=True)
@@ -84,32 +95,54 @@ async def get_one(store: StateStore, key: str) -> str | None:
     return (await store.get_many([key])).get(key)
 
 
-def open_store(setting: str, *, memory_entries: int = DEFAULT_MEMORY_ENTRIES) -> StateStore:
-    """The store ``--state`` names; a setting of the wrong form raises ``ValueError``."""
+def open_store(setting: str, *, max_bytes: int = DEFAULT_MEMORY_BYTES) -> StateStore:
+    """The store ``--state`` names (``max_bytes`` bounds a memory store); a setting that
+    cannot be used raises :class:`StateSettingError`."""
     if setting == "memory":
-        return MemoryStore(memory_entries)
+        return MemoryStore(max_bytes)
     if setting.startswith("sqlite:"):
         path = setting.removeprefix("sqlite:")
         if not path:
-            raise CallerError("--state sqlite:PATH needs a file path, e.g. sqlite:/var/lib/ds.db")
+            raise StateSettingError(
+                "--state sqlite:PATH needs a file path, e.g. sqlite:/var/lib/ds.db"
+            )
         return SqliteStore(path)
     if setting.startswith(("redis://", "rediss://", "unix://")):
         return RedisStore(setting)
-    raise CallerError(
+    raise StateSettingError(
         f"--state must be memory, sqlite:PATH or redis://HOST:PORT/DB, not {setting!r}"
     )
 
 
+def per_process(setting: str) -> bool:
+    """Whether the store ``setting`` names lives inside one process (so ``--workers``
+    processes would each have their own): ``memory`` and ``sqlite::memory:``."""
+    return setting in ("memory", "sqlite::memory:")
+
+
+def entry_size(key: str, value: str) -> int:
+    """What a memory entry costs, in bytes: its key and value as Python holds them (one to
+    four bytes a character, plus the string header) and :data:`ENTRY_OVERHEAD`."""
+    return sys.getsizeof(key) + sys.getsizeof(value) + ENTRY_OVERHEAD
+
+
 class MemoryStore:
-    """In-process store: at most ``max_entries``, least recently used first out, with TTL."""
+    """In-process store bounded in bytes, with TTL.
+
+    Each entry counts :func:`entry_size`; once the entries hold more than ``max_bytes``,
+    the least recently used (written or read) go first. A value larger than the whole
+    bound is not kept. Expired entries are dropped when read.
+    """
 
     description = "memory"
 
-    def __init__(self, max_entries: int = DEFAULT_MEMORY_ENTRIES) -> None:
-        if max_entries <= 0:
-            raise CallerError("max_entries must be positive")
-        self._max = max_entries
-        self._entries: OrderedDict[str, tuple[float, str]] = OrderedDict()
+    def __init__(self, max_bytes: int = DEFAULT_MEMORY_BYTES) -> None:
+        if max_bytes <= 0:
+            raise CallerError("max_bytes must be positive")
+        self.max_bytes = max_bytes
+        #: What the entries hold now, in bytes (the sum of their :func:`entry_size`).
+        self.size = 0
+        self._entries: OrderedDict[str, tuple[float, str, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -122,7 +155,7 @@ class MemoryStore:
             if entry is None:
                 continue
             if entry[0] <= now:
-                del self._entries[key]
+                self._drop(key)
                 continue
             self._entries.move_to_end(key)
             found[key] = entry[1]
@@ -131,16 +164,25 @@ class MemoryStore:
     async def put_many(self, items: Mapping[str, str], ttl: float = DEFAULT_TTL) -> None:
         expires = time.monotonic() + ttl
         for key, value in items.items():
-            self._entries[key] = (expires, value)
-            self._entries.move_to_end(key)
-        while len(self._entries) > self._max:
-            self._entries.popitem(last=False)
+            if key in self._entries:
+                self._drop(key)
+            size = entry_size(key, value)
+            if size > self.max_bytes:
+                continue  # it would push out everything else and then itself
+            self._entries[key] = (expires, value, size)
+            self.size += size
+        while self.size > self.max_bytes:
+            self._drop(next(iter(self._entries)))
+
+    def _drop(self, key: str) -> None:
+        self.size -= self._entries.pop(key)[2]
 
     async def check(self) -> StoreHealth:
         return StoreHealth(self.description, True)
 
     async def aclose(self) -> None:
         self._entries.clear()
+        self.size = 0
 
 
 class SqliteStore:
@@ -165,7 +207,9 @@ class SqliteStore:
                 "(key TEXT PRIMARY KEY, value TEXT NOT NULL, expires REAL NOT NULL)"
             )
         except sqlite3.Error as exc:
-            raise CallerError(f"--state {self.description}: cannot open the file: {exc}") from exc
+            raise StateSettingError(
+                f"--state {self.description}: cannot open the file: {exc}"
+            ) from exc
 
     async def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         wanted = list(dict.fromkeys(keys))
@@ -238,7 +282,7 @@ class RedisStore:
         try:
             import redis.asyncio as aioredis
         except ImportError as exc:
-            raise CallerError(
+            raise StateSettingError(
                 f"--state redis://… needs the redis package: {install_hint('server')}"
             ) from exc
         from redis.exceptions import RedisError
@@ -252,7 +296,7 @@ class RedisStore:
                 decode_responses=True,
             )
         except ValueError as exc:
-            raise CallerError(f"--state {url!r}: {exc}") from exc
+            raise StateSettingError(f"--state {url!r}: {exc}") from exc
         kwargs = self._client.connection_pool.connection_kwargs
         where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
         self.description = f"redis://{where}/{kwargs.get('db', 0)}"
