@@ -127,7 +127,8 @@ def test_direct_invoke_closes_at_its_closer_and_returns_to_content() -> None:
     )
     message = both_modes(text)
     assert calls_of(message) == [("f", {"a": "x"})]
-    assert message.content == "Hiafter"
+    assert message.content == "Hi\nafter"  # the newline before text stays with it
+    assert kinds(message) == []
 
 
 # -------------------------------------------------------------- §3 spellings and wrappers
@@ -147,7 +148,8 @@ def test_strict_refuses_typos() -> None:
         "</｜DSML｜toolcalls>"
     )
     strict = both_modes(text, strict=True)
-    assert strict.content == "\n\n<｜DSML｜toolcalls></｜DSML｜toolcalls>"  # the invoke is direct
+    # The invoke is direct; the text after it keeps the newline before it.
+    assert strict.content == "\n\n<｜DSML｜toolcalls>\n</｜DSML｜toolcalls>"
     assert "typo_markup" not in kinds(strict)
     lenient = both_modes(text)
     assert calls_of(lenient) == [("f", {})]
@@ -283,10 +285,10 @@ def test_wrapped_arguments_are_unwrapped_only_for_declared_properties() -> None:
     assert calls_of(both_modes(text('{"a": 1}'))) == [("f", {"arguments": {"a": 1}})]
 
 
-def test_text_after_the_block_is_kept_in_a_diagnostic() -> None:
+def test_text_after_the_block_is_content_after_the_calls() -> None:
     message = both_modes("Let me check." + write_block(V4, [("f", {})]) + "\nDone.")
-    assert message.content == "Let me check."
-    assert [(d.kind, d.text) for d in message.diagnostics] == [("text_after_block", "\nDone.")]
+    assert message.content == "Let me check.\nDone."
+    assert [(d.kind, d.text) for d in message.diagnostics] == [("text_after_block", "")]
 
 
 # -------------------------------------------------------------- §5 values

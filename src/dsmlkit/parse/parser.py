@@ -88,7 +88,7 @@ class State(enum.IntEnum):
     INVOKE = 2
     VALUE = 3
     JSON_BODY = 4
-    DIRECT_DONE = 5
+    AFTER_CALLS = 5
     AFTER_BLOCK = 6
     DONE = 7
 
@@ -97,12 +97,13 @@ _S = State
 #: Every state change the machine makes.
 TRANSITIONS: Final[dict[State, frozenset[State]]] = {
     _S.TEXT: frozenset({_S.BLOCK, _S.INVOKE, _S.DONE}),
-    _S.BLOCK: frozenset({_S.INVOKE, _S.TEXT, _S.AFTER_BLOCK, _S.DONE}),
-    _S.INVOKE: frozenset({_S.VALUE, _S.JSON_BODY, _S.BLOCK, _S.DIRECT_DONE, _S.DONE}),
-    _S.VALUE: frozenset({_S.INVOKE, _S.BLOCK, _S.DIRECT_DONE, _S.AFTER_BLOCK, _S.DONE}),
+    _S.BLOCK: frozenset({_S.INVOKE, _S.TEXT, _S.AFTER_CALLS, _S.DONE}),
+    _S.INVOKE: frozenset({_S.VALUE, _S.JSON_BODY, _S.BLOCK, _S.AFTER_CALLS, _S.DONE}),
+    _S.VALUE: frozenset({_S.INVOKE, _S.BLOCK, _S.AFTER_CALLS, _S.AFTER_BLOCK, _S.DONE}),
     _S.JSON_BODY: frozenset({_S.INVOKE}),
-    _S.DIRECT_DONE: frozenset({_S.TEXT}),
-    _S.AFTER_BLOCK: frozenset({_S.VALUE}),  # the rewind of a tentative block close
+    _S.AFTER_CALLS: frozenset({_S.TEXT}),
+    # A tentative block close is value text after all (the rewind) or stands.
+    _S.AFTER_BLOCK: frozenset({_S.VALUE, _S.AFTER_CALLS}),
     _S.DONE: frozenset(),
 }
 
@@ -112,7 +113,7 @@ _BLOCK: Final = State.BLOCK
 _INVOKE: Final = State.INVOKE
 _VALUE: Final = State.VALUE
 _JSON_BODY: Final = State.JSON_BODY
-_DIRECT_DONE: Final = State.DIRECT_DONE
+_AFTER_CALLS: Final = State.AFTER_CALLS
 _AFTER_BLOCK: Final = State.AFTER_BLOCK
 _DONE: Final = State.DONE
 
@@ -222,13 +223,16 @@ class Parser:
         self._state = _TEXT
         self._reasoning = start_in == "reasoning"
         self._fresh = True  # nothing consumed yet (a leading <think> opens reasoning)
+        self._literal_think = False  # a <think> in content was text: so is its </think>
         self._in_block = False
+        self._block_ended = False  # AFTER_CALLS follows a block, not direct invokes
         self._block_calls = 0
         self._call: ArgumentsBuilder | None = None
         self._calls_ended = 0
         self._next_index = 0
         self._stray: list[str] = []  # unexpected text inside a block or invoke
-        self._tail: list[str] = []  # text after the block (or after EOS)
+        self._tail: list[str] = []  # text after a tentative block close
+        self._after_eos_text: list[str] = []
         self._tentative: tuple[str, int] | None = None  # closing sequence, first closer length
         self._settling: _Settling | None = None
         # The last tag scanned in a buffer, and where: followers are scanned again as tags.
@@ -246,9 +250,9 @@ class Parser:
             self._invoke,
             self._value,
             self._json_body,
-            self._direct_done,
+            self._after_calls,
             self._after_block,
-            self._after_block,
+            self._after_eos,
         )
 
     # ------------------------------------------------------------------ public API
@@ -296,7 +300,7 @@ class Parser:
             self._final = True
             self._engine_finish = finish_reason
             self._run()
-            if self._state == _AFTER_BLOCK and self._tentative is not None:
+            if self._state == _AFTER_BLOCK:
                 self._settle(finish_reason == "length")
             self._closed = True
             self._finish(finish_reason)
@@ -385,12 +389,16 @@ class Parser:
         if kind is TagKind.THINK_CLOSE:
             if self._reasoning:
                 self._end_reasoning()
+            elif self._literal_think:
+                self._literal_think = False
+                self._emit_text(buf[lt : tag.end])
             else:
                 self._diagnose("stray_think_close", "dropped a '</think>' outside reasoning", "")
         elif kind is TagKind.THINK_OPEN:
-            if self._fresh and not self._reasoning and lt == 0:
-                self._reasoning = True
+            if self._fresh and lt == 0:
+                self._reasoning = True  # opens reasoning, or echoes the prompt's opener
             else:
+                self._literal_think = not self._reasoning
                 self._emit_text(buf[lt : tag.end])
         elif kind is TagKind.EOS:
             self._go(_DONE)
@@ -476,7 +484,7 @@ class Parser:
                 self._note_typo(tag)
                 self._end_call(call)
                 self._pos = tag.end
-                self._go(_BLOCK if self._in_block else _DIRECT_DONE)
+                self._go(_BLOCK if self._in_block else _AFTER_CALLS)
                 return True
             if kind is TagKind.INVOKE_OPEN or kind is TagKind.BLOCK_CLOSE:
                 self._flush_stray()
@@ -486,7 +494,7 @@ class Parser:
                     "",
                 )
                 self._end_call(call)
-                self._go(_BLOCK if self._in_block else _DIRECT_DONE)
+                self._go(_BLOCK if self._in_block else _AFTER_CALLS)
                 if self._in_block or kind is TagKind.INVOKE_OPEN:
                     return True  # the block/direct state handles the tag
                 self._diagnose("stray_closer", "dropped a block closer with no open block", "")
@@ -612,11 +620,8 @@ class Parser:
                 self._closers_were_value_text(call, settling)
                 return False
             self._note_typo(tag)
-            call.close_parameter()
-            self._end_call(call)
-            self._in_block = False
             self._pos = decider.end
-            self._go(_AFTER_BLOCK)
+            self._stand_call(call)
             return True
         self._note_typo(tag)
         call.close_parameter()
@@ -626,7 +631,7 @@ class Parser:
             self._note_typo(decider)
             self._end_call(call)
             self._pos = decider.end
-            self._go(_BLOCK if self._in_block else _DIRECT_DONE)
+            self._go(_BLOCK if self._in_block else _AFTER_CALLS)
         return True
 
     def _json_body(self) -> bool:
@@ -664,15 +669,63 @@ class Parser:
         self._go(_INVOKE)
         return True
 
-    def _direct_done(self) -> bool:
-        self._pos = _skip_whitespace(self._buf, self._pos)
-        if self._pos < len(self._buf):
-            self._go(_TEXT)
-            return True
-        return False
+    def _after_calls(self) -> bool:
+        """After a block or direct invoke: the whitespace that follows belongs to the markup
+        unless text (not a tag) follows it: then it stays with that text, content after the
+        calls (after a block, with a ``text_after_block`` note)."""
+        buf, pos = self._buf, self._pos
+        end = _skip_whitespace(buf, pos)
+        if end == len(buf):
+            if self._final:
+                self._pos = end
+            return self._final
+        if buf[end] == "<":
+            tag = self._scan(buf, end)
+            if tag is PENDING:
+                return False
+            if isinstance(tag, Tag):
+                self._pos = end
+                self._block_ended = False
+                self._go(_TEXT)
+                return True
+        if self._block_ended:
+            self._block_ended = False
+            self._diagnose(
+                "text_after_block", "text after the tool-call block; kept as content after it", ""
+            )
+        self._go(_TEXT)
+        return True
 
     def _after_block(self) -> bool:
-        self._tail.append(self._buf[self._pos :])
+        """After a tentative block close: keep the text for ``close()`` to decide, unless a
+        new block opener that an invoke opener follows comes first: then the close stands."""
+        buf, pos = self._buf, self._pos
+        lt, find = pos - 1, self._scanner.find
+        while (lt := find(buf, lt + 1)) >= 0:
+            tag = self._scan(buf, lt)
+            if tag is PENDING:
+                break
+            if not isinstance(tag, Tag) or tag.kind is not TagKind.BLOCK_OPEN:
+                if isinstance(tag, Tag) and tag.kind is TagKind.EOS:
+                    lt = -1  # the output ends here: no new block can open
+                    break
+                continue
+            follower = self._follower(buf, tag.end)
+            if follower is PENDING:
+                break
+            if isinstance(follower, Tag) and follower.kind is TagKind.INVOKE_OPEN:
+                kept = "".join(self._tail) + buf[pos:lt]
+                self.work += len(kept)  # read again, as content
+                self._tail = []
+                self._stand(kept, buf[lt:])
+                return True
+        end = len(buf) if lt < 0 else lt
+        self._tail.append(buf[pos:end])
+        self._pos = end
+        return False
+
+    def _after_eos(self) -> bool:
+        self._after_eos_text.append(self._buf[self._pos :])
         self._pos = len(self._buf)
         return False
 
@@ -733,7 +786,8 @@ class Parser:
     def _close_block(self) -> None:
         self._in_block = False
         if self._block_calls:
-            self._go(_AFTER_BLOCK)
+            self._block_ended = True
+            self._go(_AFTER_CALLS)
         else:
             self._diagnose("empty_block", "dropped an empty tool-call block", "")
             self._go(_TEXT)
@@ -755,21 +809,34 @@ class Parser:
         call = self._call
         buf = sequence + "".join(self._tail)
         self._tail = []
+        self.work += len(buf)
         settling = _Settling(cut_off)
         self._buf, self._pos = buf, 0
-        if not self._tentative_is_value_text(settling, len(sequence)):
-            call.close_parameter()
-            self._end_call(call)
-            self._in_block = False
-            self._tail = [buf[len(sequence) :]]
-            self._buf, self._pos = "", 0
-            return
-        self.work += len(buf)
         self._settling = settling
-        self._go(_VALUE)  # the rewind: the first closer was value text
-        self._pos = first_closer
-        self._closers_were_value_text(call, settling, first_closer)
+        if self._tentative_is_value_text(settling, len(sequence)):
+            self._go(_VALUE)  # the rewind: the first closer was value text
+            self._pos = first_closer
+            self._closers_were_value_text(call, settling, first_closer)
+        else:
+            self._pos = len(sequence)
+            self._stand_call(call)
         self._run()
+
+    def _stand(self, kept: str, rest: str) -> None:
+        """A new block opens after a tentative close: the close stands; ``kept`` (the text
+        between) and ``rest`` are read again from the start."""
+        assert self._call is not None
+        self._tentative = None
+        self._buf, self._pos = kept + rest, 0
+        self._stand_call(self._call)
+
+    def _stand_call(self, call: ArgumentsBuilder) -> None:
+        """The closers after the call's last value were markup: the call and its block end."""
+        call.close_parameter()
+        self._end_call(call)
+        self._in_block = False
+        self._block_ended = True
+        self._go(_AFTER_CALLS)
 
     def _tentative_is_value_text(self, settling: _Settling, end: int) -> bool:
         """Is the closing sequence that ends at ``end`` of the kept text value text?"""
@@ -835,17 +902,7 @@ class Parser:
                 self._diagnose("missing_block_close", "the tool-call block was never closed", "")
             else:
                 self._diagnose("empty_block", "dropped an empty tool-call block", "")
-        tail = "".join(self._tail)
-        if self._state == _DONE:
-            before_eos, after_eos = "", tail
-        else:
-            before_eos, _, after_eos = tail.partition(EOS)
-        if before_eos.strip():
-            self._diagnose(
-                "text_after_block",
-                "text after the tool-call block is not part of the turn",
-                before_eos,
-            )
+        after_eos = "".join(self._after_eos_text)
         if after_eos:
             self._diagnose("text_after_eos", "dropped text after end-of-sentence", after_eos)
         reason: FinishReason
