@@ -75,7 +75,7 @@ from dsmlkit.parse.events import (
     ReasoningEnd,
     ToolCallStart,
 )
-from dsmlkit.parse.scanner import PENDING, Grammar, Pending, Tag, TagKind, TagScanner
+from dsmlkit.parse.scanner import NO_TAG, PENDING, Grammar, Mark, Tag, TagKind, TagScanner
 
 StartIn = Literal["reasoning", "content"]
 
@@ -131,21 +131,10 @@ def _skip_whitespace(text: str, start: int) -> int:
 _JSON_SPECIAL = re.compile(r'[{}"\\]')
 
 
-class _EndOfOutput:
-    """Marker: the text ended where a follower was expected."""
-
-
-_EOO: Final = _EndOfOutput()
-
-
-class _CutOff:
-    """Marker: the output was cut off (``length``) inside what may have been a tag."""
-
-
-CUT_OFF: Final = _CutOff()
-_BRACE: Final = "{"
-_Follower = Tag | Pending | _EndOfOutput | _CutOff | str | None
-_Verdict = Tag | Pending | _EndOfOutput | None
+_CUT_OFF: Final = Mark.CUT_OFF
+_END: Final = Mark.END
+_BRACE: Final = Mark.BRACE
+_UNKNOWN: Final = Mark.UNKNOWN
 
 
 def _default_id() -> str:
@@ -169,7 +158,16 @@ def _tool_properties(tools: Iterable[Mapping[str, Any]] | None) -> dict[str, set
     return table
 
 
-_UNKNOWN: Final = -2  # not looked for yet
+class _Tentative:
+    """AFTER_BLOCK's data: the tentative closing sequence and the text kept after it."""
+
+    __slots__ = ("ended", "first_closer", "kept", "sequence")
+
+    def __init__(self, sequence: str, first_closer: int) -> None:
+        self.sequence = sequence  # the parameter, invoke and block closers
+        self.first_closer = first_closer  # the length of the parameter closer
+        self.kept: list[str] = []  # the text after it, until something decides
+        self.ended = False  # an EOS was kept: no new block can open any more
 
 
 class _Settling:
@@ -179,9 +177,10 @@ class _Settling:
 
     def __init__(self, cut_off: bool) -> None:
         self.cut_off = cut_off
-        self.eos = -1  # where the output ends (the first EOS at or after the reader)
+        self.eos: int | Mark = _UNKNOWN  # where the output ends (its first EOS after the reader)
         self.last_text = 0  # end of the last non-whitespace character before ``eos``
-        self.sequence_start = _UNKNOWN  # start of the closing sequence ending there, or -1
+        # Start of the closing sequence that ends there (NO_TAG: none does).
+        self.sequence_start: int | Mark = _UNKNOWN
 
 
 class Parser:
@@ -231,15 +230,16 @@ class Parser:
         self._calls_ended = 0
         self._next_index = 0
         self._stray: list[str] = []  # unexpected text inside a block or invoke
-        self._tail: list[str] = []  # text after a tentative block close
         self._after_eos_text: list[str] = []
-        self._tentative: tuple[str, int] | None = None  # closing sequence, first closer length
+        self._tentative: _Tentative | None = None  # AFTER_BLOCK's data
         self._settling: _Settling | None = None
         # The last tag scanned in a buffer, and where: followers are scanned again as tags.
         self._scanned_buf = ""
-        self._scanned_key = (-1, False)
-        self._scanned: Tag | Pending | None = None
-        self._gap = -1  # the machine waits only for the end of this much trailing whitespace
+        self._scanned_key = (0, False)  # never scanned in "": a scan starts at a '<'
+        self._scanned: Tag | Mark = NO_TAG
+        # The machine waits only for the end of ``_gap`` characters of trailing whitespace.
+        self._waiting_on_gap = False
+        self._gap = 0
         self._body_raw: list[str] = []
         self._json_depth = 0
         self._json_in_string = False
@@ -276,7 +276,7 @@ class Parser:
             if state == _TEXT and text[-1] != "\n":
                 self._fresh = False
                 return [ReasoningDelta(text) if self._reasoning else ContentDelta(text)]
-        if self._gap >= 0 and self._gap + len(text) <= MAX_FOLLOWER_GAP and text.isspace():
+        if self._waiting_on_gap and self._gap + len(text) <= MAX_FOLLOWER_GAP and text.isspace():
             self._buf += text  # more whitespace decides nothing: no need to read again
             self._gap += len(text)
             return []
@@ -326,9 +326,9 @@ class Parser:
 
     def _run(self) -> None:
         handlers = self._handlers
-        self._gap = -1
+        self._waiting_on_gap = False
         while self._pos < len(self._buf) and handlers[self._state]():
-            self._gap = -1
+            self._waiting_on_gap = False
 
     def _go(self, state: State) -> None:
         assert state in TRANSITIONS[self._state], (self._state, state)
@@ -336,9 +336,10 @@ class Parser:
 
     def _text(self) -> bool:
         buf, pos = self._buf, self._pos
-        lt, tag = pos - 1, None
+        lt = pos - 1
+        tag: Tag | Mark = NO_TAG
         find = self._scanner.find
-        while tag is None:  # a '<' that starts no tag is text: look further
+        while tag is NO_TAG:  # a '<' that starts no tag is text: look further
             lt = find(buf, lt + 1)
             if lt < 0:
                 break
@@ -351,7 +352,7 @@ class Parser:
             self._text_until(end if self._final else end - newlines)
             return self._final
         gap_start = lt - newlines  # the newlines belong to an opener, if one follows
-        if tag is CUT_OFF:
+        if tag is _CUT_OFF:
             self._text_until(gap_start)
             self._diagnose(
                 "truncated_markup", "the output was cut off inside a tag", buf[gap_start:]
@@ -411,21 +412,21 @@ class Parser:
         self._fresh = False
         return True
 
-    def _opener_confirmed(self, tag: Tag) -> bool | Pending:
+    def _opener_confirmed(self, tag: Tag) -> bool | Mark:
         """Is a block or direct-invoke opener markup? (Decided by what follows it.)"""
         follower = self._follower(self._buf, tag.end)
         if follower is PENDING:
             return PENDING
         if tag.kind is TagKind.BLOCK_OPEN:
             wanted = (TagKind.INVOKE_OPEN, TagKind.BLOCK_CLOSE)
-            ends_output = follower is _EOO
+            ends_output = follower is _END
         else:
             wanted = (TagKind.PARAM_OPEN, TagKind.INVOKE_CLOSE)
-            ends_output = follower is _EOO and self._engine_finish == "length"
+            ends_output = follower is _END and self._engine_finish == "length"
         return (
             (isinstance(follower, Tag) and follower.kind in wanted)
             or ends_output
-            or (tag.kind is TagKind.INVOKE_OPEN and follower == _BRACE)
+            or (tag.kind is TagKind.INVOKE_OPEN and follower is _BRACE)
         )
 
     def _block(self) -> bool:
@@ -446,7 +447,7 @@ class Parser:
             tag = self._scan(buf, pos)
             if tag is PENDING:
                 return False
-            if tag is CUT_OFF:
+            if tag is _CUT_OFF:
                 self._stray.append(buf[pos:])
                 self._pos = len(buf)
                 return False
@@ -529,7 +530,7 @@ class Parser:
                 self._pos = len(buf)
                 return False
             tag = self._scan(buf, lt, in_value=True)
-            verdict: _Verdict = None
+            verdict: Tag | Mark = NO_TAG
             if isinstance(tag, Tag):
                 if tag.kind is TagKind.PARAM_CLOSE:
                     verdict = self._judge_param_close(tag)
@@ -540,7 +541,7 @@ class Parser:
                     verdict = tag
             elif tag is PENDING:
                 verdict = PENDING
-            if verdict is None:  # value text
+            if verdict is NO_TAG:  # value text
                 search = lt + 1
                 continue
             call.value_text(buf[start:lt])
@@ -567,28 +568,28 @@ class Parser:
                 return True
             start, search = tag.start, tag.end  # the closer was value text after all
 
-    def _judge_param_close(self, tag: Tag) -> _Verdict:
+    def _judge_param_close(self, tag: Tag) -> Tag | Mark:
         """Does the parameter closer ``tag`` end the value? (parsing.md §2)
 
-        None: it is value text. PENDING: the followers have not arrived. Otherwise the tag
-        that decided it: a parameter or invoke opener (the parameter ends), an invoke closer
-        (the invoke ends too), a block closer (a tentative end of block) or ``_EOO``.
+        NO_TAG: it is value text. PENDING: the followers have not arrived. Otherwise what
+        decided it: a parameter or invoke opener (the parameter ends), an invoke closer (the
+        invoke ends too), a block closer (a tentative end of block) or END (the output's).
         """
         buf = self._buf
         follower = self._follower(buf, tag.end)
         if follower is PENDING:
             return PENDING
         if self._finished_here(follower):
-            return _EOO
+            return _END
         if not isinstance(follower, Tag):
-            return None
+            return NO_TAG
         kind = follower.kind
         if kind in (TagKind.PARAM_OPEN, TagKind.INVOKE_OPEN):
             return follower
         if kind is TagKind.BLOCK_CLOSE:
-            return follower if self._in_block else None
+            return follower if self._in_block else NO_TAG
         if kind is not TagKind.INVOKE_CLOSE:
-            return None
+            return NO_TAG
         if not self._in_block:
             return follower  # a direct invoke's closer needs no follower
         after = self._follower(buf, follower.end)
@@ -600,9 +601,9 @@ class Parser:
             isinstance(after, Tag) and after.kind is TagKind.INVOKE_OPEN
         ):
             return follower
-        return None
+        return NO_TAG
 
-    def _apply_param_close(self, call: ArgumentsBuilder, tag: Tag, decider: _Verdict) -> bool:
+    def _apply_param_close(self, call: ArgumentsBuilder, tag: Tag, decider: Tag | Mark) -> bool:
         """The parameter closer ``tag`` ends the value; ``decider`` says how far it reaches.
 
         False when the closer turns out to be value text (a tentative block close that
@@ -612,7 +613,9 @@ class Parser:
             settling = self._settling
             if settling is None:
                 self._note_typo(tag)
-                self._tentative = (self._buf[tag.start : decider.end], tag.end - tag.start)
+                self._tentative = _Tentative(
+                    self._buf[tag.start : decider.end], tag.end - tag.start
+                )
                 self._pos = decider.end
                 self._go(_AFTER_BLOCK)
                 return True
@@ -700,27 +703,29 @@ class Parser:
         """After a tentative block close: keep the text for ``close()`` to decide, unless a
         new block opener that an invoke opener follows comes first: then the close stands."""
         buf, pos = self._buf, self._pos
-        lt, find = pos - 1, self._scanner.find
+        tentative = self._tentative
+        assert tentative is not None
+        lt, find = (len(buf) if tentative.ended else pos) - 1, self._scanner.find
         while (lt := find(buf, lt + 1)) >= 0:
             tag = self._scan(buf, lt)
             if tag is PENDING:
                 break
             if not isinstance(tag, Tag) or tag.kind is not TagKind.BLOCK_OPEN:
                 if isinstance(tag, Tag) and tag.kind is TagKind.EOS:
-                    lt = -1  # the output ends here: no new block can open
+                    tentative.ended = True  # the output ends here: no new block can open
+                    lt = -1
                     break
                 continue
             follower = self._follower(buf, tag.end)
             if follower is PENDING:
                 break
             if isinstance(follower, Tag) and follower.kind is TagKind.INVOKE_OPEN:
-                kept = "".join(self._tail) + buf[pos:lt]
+                kept = "".join(tentative.kept) + buf[pos:lt]
                 self.work += len(kept)  # read again, as content
-                self._tail = []
                 self._stand(kept, buf[lt:])
                 return True
         end = len(buf) if lt < 0 else lt
-        self._tail.append(buf[pos:end])
+        tentative.kept.append(buf[pos:end])
         self._pos = end
         return False
 
@@ -731,8 +736,9 @@ class Parser:
 
     # ------------------------------------------------------------------ tags
 
-    def _scan(self, buf: str, start: int, in_value: bool = False) -> Tag | Pending | _CutOff | None:
-        """The tag at ``buf[start] == "<"``; at the end of a cut-off output, CUT_OFF."""
+    def _scan(self, buf: str, start: int, in_value: bool = False) -> Tag | Mark:
+        """The tag at ``buf[start] == "<"`` (or NO_TAG, PENDING; CUT_OFF where a cut-off
+        output ended inside one)."""
         key = (start, in_value)
         if buf is self._scanned_buf and key == self._scanned_key:
             tag = self._scanned  # the same tag again (a follower, then the tag itself)
@@ -740,28 +746,29 @@ class Parser:
             tag = self._scanner.scan(buf, start, False, in_value=in_value)
             self._scanned_buf, self._scanned_key, self._scanned = buf, key, tag
         if tag is PENDING and self._final:
-            return CUT_OFF if self._engine_finish == "length" else None
+            return _CUT_OFF if self._engine_finish == "length" else NO_TAG
         return tag
 
-    def _follower(self, buf: str, start: int) -> _Follower:
-        """What follows ``start`` after whitespace: a Tag, ``_BRACE``, ``_EOO``, None or PENDING."""
+    def _follower(self, buf: str, start: int) -> Tag | Mark:
+        """What follows ``start`` after whitespace: a Tag, BRACE, END, NO_TAG or PENDING."""
         match = _WS.match(buf, start, start + MAX_FOLLOWER_GAP + 1)
         j = match.end() if match else start
         if j - start > MAX_FOLLOWER_GAP:
-            return None
+            return NO_TAG
         if j >= len(buf):
             if self._final:
-                return _EOO
+                return _END
+            self._waiting_on_gap = True
             self._gap = j - start  # undecided until something but whitespace arrives
             return PENDING
         if buf[j] == "<":
             tag = self._scan(buf, j)
-            return _EOO if tag is CUT_OFF else tag
-        return _BRACE if buf[j] == "{" else None
+            return _END if tag is _CUT_OFF else tag
+        return _BRACE if buf[j] == "{" else NO_TAG
 
-    def _finished_here(self, follower: _Follower) -> bool:
+    def _finished_here(self, follower: Tag | Mark) -> bool:
         """Did the output end here on its own? (A ``length`` cut-off did not finish it.)"""
-        return follower is _EOO and self._engine_finish != "length"
+        return follower is _END and self._engine_finish != "length"
 
     # ------------------------------------------------------------------ calls
 
@@ -804,11 +811,10 @@ class Parser:
         once (``_tentative_is_value_text``); the text is read again at most once.
         """
         assert self._tentative is not None and self._call is not None
-        sequence, first_closer = self._tentative
-        self._tentative = None
+        tentative, self._tentative = self._tentative, None
+        sequence, first_closer = tentative.sequence, tentative.first_closer
         call = self._call
-        buf = sequence + "".join(self._tail)
-        self._tail = []
+        buf = sequence + "".join(tentative.kept)
         self.work += len(buf)
         settling = _Settling(cut_off)
         self._buf, self._pos = buf, 0
@@ -843,7 +849,7 @@ class Parser:
         if settling.cut_off:
             return True
         buf = self._buf
-        if settling.eos < end:
+        if isinstance(settling.eos, Mark) or settling.eos < end:
             eos = buf.find(EOS, end)
             settling.eos = eos = len(buf) if eos < 0 else eos
             last = eos
@@ -853,9 +859,10 @@ class Parser:
             settling.sequence_start = _UNKNOWN
         if settling.last_text <= end:
             return False  # only whitespace follows: the close stands
-        if settling.sequence_start == _UNKNOWN:  # read once, when first needed
-            settling.sequence_start = self._closing_sequence_start(buf, settling.last_text)
-        return 0 <= end <= settling.sequence_start
+        start = settling.sequence_start
+        if start is _UNKNOWN:  # read once, when first needed
+            start = settling.sequence_start = self._closing_sequence_start(buf, settling.last_text)
+        return isinstance(start, int) and end <= start
 
     def _closers_were_value_text(
         self, call: ArgumentsBuilder, settling: _Settling, first_closer: int | None = None
@@ -871,17 +878,17 @@ class Parser:
         if first_closer is not None:
             call.value_text(self._buf[:first_closer])
 
-    def _closing_sequence_start(self, text: str, end: int) -> int:
+    def _closing_sequence_start(self, text: str, end: int) -> int | Mark:
         """Start of the parameter, invoke and block closers (whitespace between) that end
-        ``text[:end]``, or -1."""
+        ``text[:end]``, or NO_TAG."""
         lt = end
         for kind in (TagKind.BLOCK_CLOSE, TagKind.INVOKE_CLOSE, TagKind.PARAM_CLOSE):
             lt = text.rfind("<", max(0, end - MAX_FOLLOWER_GAP - 512), end)
             if lt < 0:
-                return -1
+                return NO_TAG
             tag = self._scanner.scan(text, lt, True, in_value=kind is TagKind.PARAM_CLOSE)
             if not isinstance(tag, Tag) or tag.kind is not kind or tag.end != end:
-                return -1
+                return NO_TAG
             end = lt
             while end > 0 and text[end - 1].isspace():
                 end -= 1
