@@ -23,6 +23,7 @@ from dsmlkit.parse import (
     ToolCallEnd,
     ToolCallStart,
 )
+from dsmlkit.parse.parser import MAX_FOLLOWER_GAP
 from tests.helpers import ALL_DIALECTS, MARKERS, counter_ids, random_chunks, write_block
 from tests.parse_checks import check_output
 
@@ -198,3 +199,11 @@ def test_an_echoed_think_opener_at_the_start_of_reasoning_is_dropped(dialect: Di
 def test_a_think_opener_later_in_reasoning_is_reasoning_text() -> None:
     _, message = agreed("a<think>b</think>c", V4, start_in="reasoning")
     assert (message.reasoning, message.content) == ("a<think>b", "c")
+
+
+def test_a_whitespace_run_after_the_calls_longer_than_the_gap_is_content() -> None:
+    run = " " * (MAX_FOLLOWER_GAP + 1)
+    _, message = agreed("Hi" + write_block(V4, [("f", {})]) + run + EOS, V4)
+    assert message.content == "Hi" + run
+    _, short = agreed("Hi" + write_block(V4, [("f", {})]) + run[1:] + EOS, V4)
+    assert short.content == "Hi"

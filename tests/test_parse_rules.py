@@ -20,6 +20,7 @@ from dsmlkit.parse import (
     ToolCallStart,
     parse,
 )
+from dsmlkit.parse.parser import State
 from tests.helpers import ALL_DIALECTS, MARKERS, parse_chunks, random_chunks, write_block
 
 SPELLINGS = [(d, m) for d in ALL_DIALECTS for m in MARKERS]
@@ -435,3 +436,10 @@ def test_missing_or_odd_string_attribute_means_a_string_value() -> None:
     strict = both_modes(text, strict=True)
     assert calls_of(strict) == [("f", {"c": 2})]
     assert kinds(strict) == ["stray_text"]
+
+
+def test_a_state_change_outside_the_transition_table_raises() -> None:
+    parser = Parser("v4")
+    parser.feed("Hi" + EOS)
+    with pytest.raises(RuntimeError, match="no transition DONE -> TEXT"):
+        parser._go(State.TEXT)  # the machine's own check, reached on purpose

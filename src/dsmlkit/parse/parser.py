@@ -9,9 +9,15 @@ nothing else will come, then finishes. The non-streaming :func:`parse` is the sa
 fed once. Everything the machine has not decided stays in the buffer (the *hold-back*);
 everything decided is consumed and turned into events at once.
 
-The machine is :class:`State` plus the handler of each state (``_HANDLERS``); a handler
+The machine is :class:`State` plus the handler of each state (``_handlers``); a handler
 reads from ``_pos``, emits events, moves ``_pos`` and may change state (every change goes
-through ``_go``, checked against ``TRANSITIONS``). It returns False when it needs more text.
+through ``_go``, which raises on one missing from ``TRANSITIONS``). It returns False when it
+needs more text. What only one state needs lives in that state's object, None elsewhere:
+the open block (:class:`_Block`), a JSON body being read (:class:`_JsonBody`), a tentative
+block close and the text kept after it (:class:`_Tentative`), the reading again at the end
+(:class:`_Settling`); the call being built is the :class:`ArgumentsBuilder`. Where there is
+no tag or position to answer with, scanner and parser answer with a
+:class:`~dsmlkit.parse.scanner.Mark`.
 
 ::
 
@@ -19,11 +25,16 @@ through ``_go``, checked against ``TRANSITIONS``). It returns False when it need
       │  (content or reasoning channel)       │ invoke opener    │ invoke closer
       │                                       ▼                  │ (structural)
       └──direct invoke opener──────────────▶ INVOKE ──param──▶ VALUE
-                                              │  ▲ JSON body        │ param closer
-                                              │  └──── JSON_BODY    │ (structural)
-    after a direct invoke: DIRECT_DONE ──▶ TEXT                     ▼
-    after the block closes: AFTER_BLOCK (text kept for a diagnostic, or a rewind)
+            ▲                                 │  ▲ JSON body        │ param closer
+            │                                 │  └──── JSON_BODY    │ (structural)
+            └── AFTER_CALLS ◀── block closed, direct invoke closed  │
+                   ▲                                                 ▼
+                   └── stands ── AFTER_BLOCK ── value text (rewind) ─▶ VALUE
     after EOS: DONE
+
+AFTER_CALLS drops the whitespace after the calls unless text follows it. AFTER_BLOCK follows
+a tentative block close (below): it keeps the text until a new block opener that an invoke
+opener follows (the close stands, the kept text is read again as content) or ``close()``.
 
 The machine finds markup only; what a call's arguments are is the business of
 :class:`~dsmlkit.parse.arguments.ArgumentsBuilder`, which it feeds (parameter opened, value
@@ -34,9 +45,9 @@ and one compiled regex) to the next ``<`` that may start a tag, so any other ``<
 code) costs nothing; at such a ``<`` the :class:`~dsmlkit.parse.scanner.TagScanner`
 recognises at most one tag of bounded length (a tag read as a follower is not read again
 as the next tag). What is held back is bounded: up to two
-newlines (the ``\\n\\n`` before a block opener belongs to the markup), one tag, or a closer
-plus the tags that decide it (each gap at most :data:`MAX_FOLLOWER_GAP` whitespace
-characters).
+newlines (the ``\\n\\n`` before a block opener belongs to the markup), the whitespace right
+after the calls, one tag, or a closer plus the tags that decide it (each gap at most
+:data:`MAX_FOLLOWER_GAP` whitespace characters).
 
 Structural closing tags (parsing.md §2). Inside a value only a parameter closer can end
 the value, and only when what follows it (after whitespace) is a complete parameter
@@ -44,8 +55,9 @@ opener, or an invoke closer that is itself followed by an invoke opener, the blo
 or the end of the output (a direct invoke's closer needs no follower). Anything else means
 the closer is value text. Until the followers arrive the closer is held back, in both
 modes alike. A block closer reached that way is *tentative*: the call stays open until
-``close()``, and the rest of the output is kept. If the text after it ends with another
-closing sequence, the first one was value text. Every later tentative close shares that
+``close()`` or until a new block opens, and the rest of the output is kept. If, with no
+new block, the text after it ends with another closing sequence, the first one was value
+text. Every later tentative close shares that
 same end, so one rule settles them all in a single pass over the kept text (``_settle``):
 each is value text unless only whitespace follows it. ``length`` makes every one value
 text (the output was cut off).
@@ -158,6 +170,26 @@ def _tool_properties(tools: Iterable[Mapping[str, Any]] | None) -> dict[str, set
     return table
 
 
+class _Block:
+    """The open tool-call block's data (BLOCK, and the calls inside it)."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls = 0  # invokes opened in it
+
+
+class _JsonBody:
+    """JSON_BODY's data: the body read so far and where the reader is in it."""
+
+    __slots__ = ("depth", "in_string", "parts")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.depth = 0
+        self.in_string = False
+
+
 class _Tentative:
     """AFTER_BLOCK's data: the tentative closing sequence and the text kept after it."""
 
@@ -223,15 +255,16 @@ class Parser:
         self._reasoning = start_in == "reasoning"
         self._fresh = True  # nothing consumed yet (a leading <think> opens reasoning)
         self._literal_think = False  # a <think> in content was text: so is its </think>
-        self._in_block = False
-        self._block_ended = False  # AFTER_CALLS follows a block, not direct invokes
-        self._block_calls = 0
+        # Each state's own data: None outside the states it belongs to.
+        self._open_block: _Block | None = None  # the open block
+        self._ended_block: _Block | None = None  # AFTER_CALLS: the block that just closed
+        self._body: _JsonBody | None = None  # JSON_BODY
+        self._tentative: _Tentative | None = None  # AFTER_BLOCK
         self._call: ArgumentsBuilder | None = None
         self._calls_ended = 0
         self._next_index = 0
         self._stray: list[str] = []  # unexpected text inside a block or invoke
         self._after_eos_text: list[str] = []
-        self._tentative: _Tentative | None = None  # AFTER_BLOCK's data
         self._settling: _Settling | None = None
         # The last tag scanned in a buffer, and where: followers are scanned again as tags.
         self._scanned_buf = ""
@@ -240,9 +273,6 @@ class Parser:
         # The machine waits only for the end of ``_gap`` characters of trailing whitespace.
         self._waiting_on_gap = False
         self._gap = 0
-        self._body_raw: list[str] = []
-        self._json_depth = 0
-        self._json_in_string = False
         self._engine_finish: str | None = None
         self._handlers = (
             self._text,
@@ -331,7 +361,9 @@ class Parser:
             self._waiting_on_gap = False
 
     def _go(self, state: State) -> None:
-        assert state in TRANSITIONS[self._state], (self._state, state)
+        """Change state; a change not in ``TRANSITIONS`` is a parser bug and raises."""
+        if state not in TRANSITIONS[self._state]:
+            raise RuntimeError(f"parser bug: no transition {self._state.name} -> {state.name}")
         self._state = state
 
     def _text(self) -> bool:
@@ -377,7 +409,7 @@ class Parser:
             self._note_typo(tag)
             self._fresh = False
             if kind is TagKind.BLOCK_OPEN:
-                self._in_block, self._block_calls = True, 0
+                self._open_block = _Block()
                 self._go(_BLOCK)
             else:
                 self._start_call(tag.name)
@@ -454,8 +486,8 @@ class Parser:
             if isinstance(tag, Tag) and self._between_tags_tag(tag, in_invoke):
                 return True
         elif in_invoke and buf[pos] == "{" and call is not None and not self._stray:
+            self._body = _JsonBody()
             self._go(_JSON_BODY)
-            self._json_depth, self._json_in_string = 0, False
             return True
         lt = self._scanner.find(buf, pos + 1)
         end = len(buf) if lt < 0 else lt
@@ -485,7 +517,7 @@ class Parser:
                 self._note_typo(tag)
                 self._end_call(call)
                 self._pos = tag.end
-                self._go(_BLOCK if self._in_block else _AFTER_CALLS)
+                self._go(_AFTER_CALLS if self._open_block is None else _BLOCK)
                 return True
             if kind is TagKind.INVOKE_OPEN or kind is TagKind.BLOCK_CLOSE:
                 self._flush_stray()
@@ -495,8 +527,8 @@ class Parser:
                     "",
                 )
                 self._end_call(call)
-                self._go(_BLOCK if self._in_block else _AFTER_CALLS)
-                if self._in_block or kind is TagKind.INVOKE_OPEN:
+                self._go(_AFTER_CALLS if self._open_block is None else _BLOCK)
+                if self._open_block is not None or kind is TagKind.INVOKE_OPEN:
                     return True  # the block/direct state handles the tag
                 self._diagnose("stray_closer", "dropped a block closer with no open block", "")
                 self._pos = tag.end
@@ -587,10 +619,10 @@ class Parser:
         if kind in (TagKind.PARAM_OPEN, TagKind.INVOKE_OPEN):
             return follower
         if kind is TagKind.BLOCK_CLOSE:
-            return follower if self._in_block else NO_TAG
+            return NO_TAG if self._open_block is None else follower
         if kind is not TagKind.INVOKE_CLOSE:
             return NO_TAG
-        if not self._in_block:
+        if self._open_block is None:
             return follower  # a direct invoke's closer needs no follower
         after = self._follower(buf, follower.end)
         if after is PENDING:
@@ -634,16 +666,16 @@ class Parser:
             self._note_typo(decider)
             self._end_call(call)
             self._pos = decider.end
-            self._go(_BLOCK if self._in_block else _AFTER_CALLS)
+            self._go(_AFTER_CALLS if self._open_block is None else _BLOCK)
         return True
 
     def _json_body(self) -> bool:
         """A JSON-object invoke body; closers inside JSON strings are data."""
         buf, pos = self._buf, self._pos
-        call = self._call
-        assert call is not None
+        call, body = self._call, self._body
+        assert call is not None and body is not None
         i = pos
-        depth, in_string = self._json_depth, self._json_in_string
+        depth, in_string = body.depth, body.in_string
         n = len(buf)
         while depth or i == pos:
             match = _JSON_SPECIAL.search(buf, i)
@@ -661,38 +693,42 @@ class Parser:
                 in_string = not in_string
             elif not in_string:
                 depth += 1 if char == "{" else -1
-        self._body_raw.append(buf[pos:i])
+        body.parts.append(buf[pos:i])
         self._pos = i
-        self._json_depth, self._json_in_string = depth, in_string
+        body.depth, body.in_string = depth, in_string
         if depth:
             return False
-        raw = "".join(self._body_raw)
-        self._body_raw = []
-        call.body(raw)
+        self._body = None
+        call.body("".join(body.parts))
         self._go(_INVOKE)
         return True
 
     def _after_calls(self) -> bool:
         """After a block or direct invoke: the whitespace that follows belongs to the markup
         unless text (not a tag) follows it: then it stays with that text, content after the
-        calls (after a block, with a ``text_after_block`` note)."""
+        calls (after a block, with a ``text_after_block`` note), and so does a run longer
+        than :data:`MAX_FOLLOWER_GAP`."""
         buf, pos = self._buf, self._pos
         end = _skip_whitespace(buf, pos)
-        if end == len(buf):
+        if end - pos > MAX_FOLLOWER_GAP:
+            end = pos  # a longer run is text (so it is never held back for long)
+        elif end == len(buf):
             if self._final:
                 self._pos = end
+            else:
+                self._waiting_on_gap, self._gap = True, end - pos
             return self._final
-        if buf[end] == "<":
+        elif buf[end] == "<":
             tag = self._scan(buf, end)
             if tag is PENDING:
                 return False
             if isinstance(tag, Tag):
                 self._pos = end
-                self._block_ended = False
+                self._ended_block = None
                 self._go(_TEXT)
                 return True
-        if self._block_ended:
-            self._block_ended = False
+        if self._ended_block is not None:
+            self._ended_block = None
             self._diagnose(
                 "text_after_block", "text after the tool-call block; kept as content after it", ""
             )
@@ -777,8 +813,8 @@ class Parser:
         call = ArgumentsBuilder(self._next_index, self._new_id(), name, declared, self._out)
         self._next_index += 1
         self._call = call
-        if self._in_block:
-            self._block_calls += 1
+        if self._open_block is not None:
+            self._open_block.calls += 1
         self._out.append(ToolCallStart(call.index, call.id, name))
 
     def _closes_by_declared_opener(self, call: ArgumentsBuilder, name: str) -> bool:
@@ -791,9 +827,9 @@ class Parser:
         self._call = None
 
     def _close_block(self) -> None:
-        self._in_block = False
-        if self._block_calls:
-            self._block_ended = True
+        block, self._open_block = self._open_block, None
+        if block is not None and block.calls:
+            self._ended_block = block
             self._go(_AFTER_CALLS)
         else:
             self._diagnose("empty_block", "dropped an empty tool-call block", "")
@@ -840,8 +876,7 @@ class Parser:
         """The closers after the call's last value were markup: the call and its block end."""
         call.close_parameter()
         self._end_call(call)
-        self._in_block = False
-        self._block_ended = True
+        self._ended_block, self._open_block = self._open_block, None
         self._go(_AFTER_CALLS)
 
     def _tentative_is_value_text(self, settling: _Settling, end: int) -> bool:
@@ -898,14 +933,14 @@ class Parser:
         self._flush_stray()
         call = self._call
         if call is not None:
-            partial = call.partial_text() + "".join(self._body_raw)
+            partial = call.partial_text() + ("".join(self._body.parts) if self._body else "")
             self._diagnose(
                 "truncated_call",
                 f"the output ended inside call {call.name!r}; it is not returned",
                 partial,
             )
-        elif self._in_block:
-            if self._block_calls:
+        elif self._open_block is not None:
+            if self._open_block.calls:
                 self._diagnose("missing_block_close", "the tool-call block was never closed", "")
             else:
                 self._diagnose("empty_block", "dropped an empty tool-call block", "")
