@@ -196,7 +196,7 @@ def output(rng: random.Random, dialect: Dialect) -> str:
 def check_example(rng: random.Random, dialect: Dialect) -> None:
     """Generate one output with its options and chunkings; check it."""
     text = output(rng, dialect)
-    options = {
+    options: dict[str, Any] = {
         "strict": rng.randrange(2) == 0,
         "start_in": rng.choice(["content", "reasoning"]),
         "finish_reason": rng.choice([None, "stop", "length"]),

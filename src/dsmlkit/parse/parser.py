@@ -743,6 +743,8 @@ class Parser:
         assert tentative is not None
         lt, find = (len(buf) if tentative.ended else pos) - 1, self._scanner.find
         while (lt := find(buf, lt + 1)) >= 0:
+            if buf.startswith("/", lt + 1):
+                continue  # a closer: only a block opener or EOS decides anything here
             tag = self._scan(buf, lt)
             if tag is PENDING:
                 break
