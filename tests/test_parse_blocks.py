@@ -207,3 +207,9 @@ def test_a_whitespace_run_after_the_calls_longer_than_the_gap_is_content() -> No
     assert message.content == "Hi" + run
     _, short = agreed("Hi" + write_block(V4, [("f", {})]) + run[1:] + EOS, V4)
     assert short.content == "Hi"
+
+
+def test_a_think_span_in_the_answer_after_reasoning_is_kept_whole_as_text() -> None:
+    _, message = agreed("r</think>Hi <think>x</think>ok", V4, start_in="reasoning")
+    assert (message.reasoning, message.content) == ("r", "Hi <think>x</think>ok")
+    assert kinds(message) == []
