@@ -70,6 +70,22 @@ def partial_markers_content(d: Dialect, size: int) -> str:
     return _repeat("<｜DSML｜ <|DSML|" + d.block.strip() + " </｜DS ", size)
 
 
+def blocks_with_text_between(d: Dialect, size: int) -> str:
+    """Block after block, each tentative close decided by the next block's opener."""
+    return _repeat(_call(d, "v") + "\n\nthen, " + "t" * 200, size)
+
+
+def tentative_close_then_mentions(d: Dialect, size: int) -> str:
+    """One block, then text mentioning block openers that no invoke opener follows."""
+    return _call(d, "v") + _repeat(f" see {d.block_open()} here", size)
+
+
+def calls_then_long_whitespace(d: Dialect, size: int) -> str:
+    """Direct invokes each followed by whitespace held until text shows whose it is."""
+    invoke = f"\n\n{d.invoke_open('f')}\n{d.invoke_close()}"
+    return _repeat(invoke + " " * 500 + "t", size)
+
+
 SHAPES: dict[str, Callable[[Dialect, int], str]] = {
     "repeated closing sequence": repeated_closing_sequence,
     "closer + long whitespace": closer_then_whitespace,
@@ -81,4 +97,7 @@ SHAPES: dict[str, Callable[[Dialect, int], str]] = {
     "long bar runs (content)": bar_runs_content,
     "partial markers (content)": partial_markers_content,
     "far tags among '<' and bars": far_tags_among_angle_brackets,
+    "blocks with text between": blocks_with_text_between,
+    "tentative close + mentions": tentative_close_then_mentions,
+    "calls + long whitespace": calls_then_long_whitespace,
 }

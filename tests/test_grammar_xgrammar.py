@@ -34,7 +34,7 @@ OFF_FORMAT = {
     "v4-ascii-legacy-wrapped": "ASCII |DSML| marker",
     "v4-ascii-direct-invokes": "ASCII marker, invokes without a block",
     "v4-direct-invoke-fullwidth": "an invoke without a block",
-    "v4-text-after-block-dropped": "text after the block",
+    "v4-text-after-block-kept": "text after the block",
     "v4-tool-call-inside-reasoning": "a call block inside reasoning (no </think>)",
     "v41-rejects-v4-spelling": "V4 tags in a V4.1 output",
 }

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from dsmlkit.dialects import EOS, THINK_CLOSE, THINK_OPEN, get_dialect
-from dsmlkit.parse.scanner import Grammar, TagScanner
+from dsmlkit.parse.scanner import NO_TAG, Grammar, TagScanner
 from tests.helpers import ALL_DIALECTS, MARKERS
 
 MARKUP = [
@@ -64,7 +64,7 @@ def _tag_starts(scanner: TagScanner, text: str) -> list[int]:
         for i, char in enumerate(text)
         if char == "<"
         and any(
-            scanner.scan(text, i, final, in_value=in_value) is not None
+            scanner.scan(text, i, final, in_value=in_value) is not NO_TAG
             for final in (False, True)
             for in_value in (False, True)
         )

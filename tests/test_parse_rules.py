@@ -20,6 +20,7 @@ from dsmlkit.parse import (
     ToolCallStart,
     parse,
 )
+from dsmlkit.parse.parser import State
 from tests.helpers import ALL_DIALECTS, MARKERS, parse_chunks, random_chunks, write_block
 
 SPELLINGS = [(d, m) for d in ALL_DIALECTS for m in MARKERS]
@@ -127,7 +128,8 @@ def test_direct_invoke_closes_at_its_closer_and_returns_to_content() -> None:
     )
     message = both_modes(text)
     assert calls_of(message) == [("f", {"a": "x"})]
-    assert message.content == "Hiafter"
+    assert message.content == "Hi\nafter"  # the newline before text stays with it
+    assert kinds(message) == []
 
 
 # -------------------------------------------------------------- §3 spellings and wrappers
@@ -147,7 +149,8 @@ def test_strict_refuses_typos() -> None:
         "</｜DSML｜toolcalls>"
     )
     strict = both_modes(text, strict=True)
-    assert strict.content == "\n\n<｜DSML｜toolcalls></｜DSML｜toolcalls>"  # the invoke is direct
+    # The invoke is direct; the text after it keeps the newline before it.
+    assert strict.content == "\n\n<｜DSML｜toolcalls>\n</｜DSML｜toolcalls>"
     assert "typo_markup" not in kinds(strict)
     lenient = both_modes(text)
     assert calls_of(lenient) == [("f", {})]
@@ -283,10 +286,10 @@ def test_wrapped_arguments_are_unwrapped_only_for_declared_properties() -> None:
     assert calls_of(both_modes(text('{"a": 1}'))) == [("f", {"arguments": {"a": 1}})]
 
 
-def test_text_after_the_block_is_kept_in_a_diagnostic() -> None:
+def test_text_after_the_block_is_content_after_the_calls() -> None:
     message = both_modes("Let me check." + write_block(V4, [("f", {})]) + "\nDone.")
-    assert message.content == "Let me check."
-    assert [(d.kind, d.text) for d in message.diagnostics] == [("text_after_block", "\nDone.")]
+    assert message.content == "Let me check.\nDone."
+    assert [(d.kind, d.text) for d in message.diagnostics] == [("text_after_block", "")]
 
 
 # -------------------------------------------------------------- §5 values
@@ -433,3 +436,10 @@ def test_missing_or_odd_string_attribute_means_a_string_value() -> None:
     strict = both_modes(text, strict=True)
     assert calls_of(strict) == [("f", {"c": 2})]
     assert kinds(strict) == ["stray_text"]
+
+
+def test_a_state_change_outside_the_transition_table_raises() -> None:
+    parser = Parser("v4")
+    parser.feed("Hi" + EOS)
+    with pytest.raises(RuntimeError, match="no transition DONE -> TEXT"):
+        parser._go(State.TEXT)  # the machine's own check, reached on purpose

@@ -181,7 +181,7 @@ class ArgumentsBuilder:
             return
         if self.had_body:
             self._mixed()
-        if not self.members and self.declared is not None:
+        if not self.parts and self.declared is not None:  # nothing streamed yet
             if name in WRAPPER_NAMES and name not in self.declared:
                 self.holding, self.wrapper = True, name  # may be unwrapped when the call ends
         elif self.holding:

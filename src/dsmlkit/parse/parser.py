@@ -9,9 +9,15 @@ nothing else will come, then finishes. The non-streaming :func:`parse` is the sa
 fed once. Everything the machine has not decided stays in the buffer (the *hold-back*);
 everything decided is consumed and turned into events at once.
 
-The machine is :class:`State` plus the handler of each state (``_HANDLERS``); a handler
+The machine is :class:`State` plus the handler of each state (``_handlers``); a handler
 reads from ``_pos``, emits events, moves ``_pos`` and may change state (every change goes
-through ``_go``, checked against ``TRANSITIONS``). It returns False when it needs more text.
+through ``_go``, which raises on one missing from ``TRANSITIONS``). It returns False when it
+needs more text. What only one state needs lives in that state's object, None elsewhere:
+the open block (:class:`_Block`), a JSON body being read (:class:`_JsonBody`), a tentative
+block close and the text kept after it (:class:`_Tentative`), the reading again at the end
+(:class:`_Settling`); the call being built is the :class:`ArgumentsBuilder`. Where there is
+no tag or position to answer with, scanner and parser answer with a
+:class:`~dsmlkit.parse.scanner.Mark`.
 
 ::
 
@@ -19,11 +25,16 @@ through ``_go``, checked against ``TRANSITIONS``). It returns False when it need
       │  (content or reasoning channel)       │ invoke opener    │ invoke closer
       │                                       ▼                  │ (structural)
       └──direct invoke opener──────────────▶ INVOKE ──param──▶ VALUE
-                                              │  ▲ JSON body        │ param closer
-                                              │  └──── JSON_BODY    │ (structural)
-    after a direct invoke: DIRECT_DONE ──▶ TEXT                     ▼
-    after the block closes: AFTER_BLOCK (text kept for a diagnostic, or a rewind)
+            ▲                                 │  ▲ JSON body        │ param closer
+            │                                 │  └──── JSON_BODY    │ (structural)
+            └── AFTER_CALLS ◀── block closed, direct invoke closed  │
+                   ▲                                                 ▼
+                   └── stands ── AFTER_BLOCK ── value text (rewind) ─▶ VALUE
     after EOS: DONE
+
+AFTER_CALLS drops the whitespace after the calls unless text follows it. AFTER_BLOCK follows
+a tentative block close (below): it keeps the text until a new block opener that an invoke
+opener follows (the close stands, the kept text is read again as content) or ``close()``.
 
 The machine finds markup only; what a call's arguments are is the business of
 :class:`~dsmlkit.parse.arguments.ArgumentsBuilder`, which it feeds (parameter opened, value
@@ -34,9 +45,9 @@ and one compiled regex) to the next ``<`` that may start a tag, so any other ``<
 code) costs nothing; at such a ``<`` the :class:`~dsmlkit.parse.scanner.TagScanner`
 recognises at most one tag of bounded length (a tag read as a follower is not read again
 as the next tag). What is held back is bounded: up to two
-newlines (the ``\\n\\n`` before a block opener belongs to the markup), one tag, or a closer
-plus the tags that decide it (each gap at most :data:`MAX_FOLLOWER_GAP` whitespace
-characters).
+newlines (the ``\\n\\n`` before a block opener belongs to the markup), the whitespace right
+after the calls, one tag, or a closer plus the tags that decide it (each gap at most
+:data:`MAX_FOLLOWER_GAP` whitespace characters).
 
 Structural closing tags (parsing.md §2). Inside a value only a parameter closer can end
 the value, and only when what follows it (after whitespace) is a complete parameter
@@ -44,8 +55,9 @@ opener, or an invoke closer that is itself followed by an invoke opener, the blo
 or the end of the output (a direct invoke's closer needs no follower). Anything else means
 the closer is value text. Until the followers arrive the closer is held back, in both
 modes alike. A block closer reached that way is *tentative*: the call stays open until
-``close()``, and the rest of the output is kept. If the text after it ends with another
-closing sequence, the first one was value text. Every later tentative close shares that
+``close()`` or until a new block opens, and the rest of the output is kept. If, with no
+new block, the text after it ends with another closing sequence, the first one was value
+text. Every later tentative close shares that
 same end, so one rule settles them all in a single pass over the kept text (``_settle``):
 each is value text unless only whitespace follows it. ``length`` makes every one value
 text (the output was cut off).
@@ -75,7 +87,7 @@ from dsmlkit.parse.events import (
     ReasoningEnd,
     ToolCallStart,
 )
-from dsmlkit.parse.scanner import PENDING, Grammar, Pending, Tag, TagKind, TagScanner
+from dsmlkit.parse.scanner import NO_TAG, PENDING, Grammar, Mark, Tag, TagKind, TagScanner
 
 StartIn = Literal["reasoning", "content"]
 
@@ -88,7 +100,7 @@ class State(enum.IntEnum):
     INVOKE = 2
     VALUE = 3
     JSON_BODY = 4
-    DIRECT_DONE = 5
+    AFTER_CALLS = 5
     AFTER_BLOCK = 6
     DONE = 7
 
@@ -97,12 +109,13 @@ _S = State
 #: Every state change the machine makes.
 TRANSITIONS: Final[dict[State, frozenset[State]]] = {
     _S.TEXT: frozenset({_S.BLOCK, _S.INVOKE, _S.DONE}),
-    _S.BLOCK: frozenset({_S.INVOKE, _S.TEXT, _S.AFTER_BLOCK, _S.DONE}),
-    _S.INVOKE: frozenset({_S.VALUE, _S.JSON_BODY, _S.BLOCK, _S.DIRECT_DONE, _S.DONE}),
-    _S.VALUE: frozenset({_S.INVOKE, _S.BLOCK, _S.DIRECT_DONE, _S.AFTER_BLOCK, _S.DONE}),
+    _S.BLOCK: frozenset({_S.INVOKE, _S.TEXT, _S.AFTER_CALLS, _S.DONE}),
+    _S.INVOKE: frozenset({_S.VALUE, _S.JSON_BODY, _S.BLOCK, _S.AFTER_CALLS, _S.DONE}),
+    _S.VALUE: frozenset({_S.INVOKE, _S.BLOCK, _S.AFTER_CALLS, _S.AFTER_BLOCK, _S.DONE}),
     _S.JSON_BODY: frozenset({_S.INVOKE}),
-    _S.DIRECT_DONE: frozenset({_S.TEXT}),
-    _S.AFTER_BLOCK: frozenset({_S.VALUE}),  # the rewind of a tentative block close
+    _S.AFTER_CALLS: frozenset({_S.TEXT}),
+    # A tentative block close is value text after all (the rewind) or stands.
+    _S.AFTER_BLOCK: frozenset({_S.VALUE, _S.AFTER_CALLS}),
     _S.DONE: frozenset(),
 }
 
@@ -112,7 +125,7 @@ _BLOCK: Final = State.BLOCK
 _INVOKE: Final = State.INVOKE
 _VALUE: Final = State.VALUE
 _JSON_BODY: Final = State.JSON_BODY
-_DIRECT_DONE: Final = State.DIRECT_DONE
+_AFTER_CALLS: Final = State.AFTER_CALLS
 _AFTER_BLOCK: Final = State.AFTER_BLOCK
 _DONE: Final = State.DONE
 
@@ -130,21 +143,10 @@ def _skip_whitespace(text: str, start: int) -> int:
 _JSON_SPECIAL = re.compile(r'[{}"\\]')
 
 
-class _EndOfOutput:
-    """Marker: the text ended where a follower was expected."""
-
-
-_EOO: Final = _EndOfOutput()
-
-
-class _CutOff:
-    """Marker: the output was cut off (``length``) inside what may have been a tag."""
-
-
-CUT_OFF: Final = _CutOff()
-_BRACE: Final = "{"
-_Follower = Tag | Pending | _EndOfOutput | _CutOff | str | None
-_Verdict = Tag | Pending | _EndOfOutput | None
+_CUT_OFF: Final = Mark.CUT_OFF
+_END: Final = Mark.END
+_BRACE: Final = Mark.BRACE
+_UNKNOWN: Final = Mark.UNKNOWN
 
 
 def _default_id() -> str:
@@ -168,7 +170,36 @@ def _tool_properties(tools: Iterable[Mapping[str, Any]] | None) -> dict[str, set
     return table
 
 
-_UNKNOWN: Final = -2  # not looked for yet
+class _Block:
+    """The open tool-call block's data (BLOCK, and the calls inside it)."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self) -> None:
+        self.calls = 0  # invokes opened in it
+
+
+class _JsonBody:
+    """JSON_BODY's data: the body read so far and where the reader is in it."""
+
+    __slots__ = ("depth", "in_string", "parts")
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.depth = 0
+        self.in_string = False
+
+
+class _Tentative:
+    """AFTER_BLOCK's data: the tentative closing sequence and the text kept after it."""
+
+    __slots__ = ("ended", "first_closer", "kept", "sequence")
+
+    def __init__(self, sequence: str, first_closer: int) -> None:
+        self.sequence = sequence  # the parameter, invoke and block closers
+        self.first_closer = first_closer  # the length of the parameter closer
+        self.kept: list[str] = []  # the text after it, until something decides
+        self.ended = False  # an EOS was kept: no new block can open any more
 
 
 class _Settling:
@@ -178,9 +209,10 @@ class _Settling:
 
     def __init__(self, cut_off: bool) -> None:
         self.cut_off = cut_off
-        self.eos = -1  # where the output ends (the first EOS at or after the reader)
+        self.eos: int | Mark = _UNKNOWN  # where the output ends (its first EOS after the reader)
         self.last_text = 0  # end of the last non-whitespace character before ``eos``
-        self.sequence_start = _UNKNOWN  # start of the closing sequence ending there, or -1
+        # Start of the closing sequence that ends there (NO_TAG: none does).
+        self.sequence_start: int | Mark = _UNKNOWN
 
 
 class Parser:
@@ -222,23 +254,25 @@ class Parser:
         self._state = _TEXT
         self._reasoning = start_in == "reasoning"
         self._fresh = True  # nothing consumed yet (a leading <think> opens reasoning)
-        self._in_block = False
-        self._block_calls = 0
+        self._literal_think = False  # a <think> in content was text: so is its </think>
+        # Each state's own data: None outside the states it belongs to.
+        self._open_block: _Block | None = None  # the open block
+        self._ended_block: _Block | None = None  # AFTER_CALLS: the block that just closed
+        self._body: _JsonBody | None = None  # JSON_BODY
+        self._tentative: _Tentative | None = None  # AFTER_BLOCK
         self._call: ArgumentsBuilder | None = None
         self._calls_ended = 0
         self._next_index = 0
         self._stray: list[str] = []  # unexpected text inside a block or invoke
-        self._tail: list[str] = []  # text after the block (or after EOS)
-        self._tentative: tuple[str, int] | None = None  # closing sequence, first closer length
+        self._after_eos_text: list[str] = []
         self._settling: _Settling | None = None
         # The last tag scanned in a buffer, and where: followers are scanned again as tags.
         self._scanned_buf = ""
-        self._scanned_key = (-1, False)
-        self._scanned: Tag | Pending | None = None
-        self._gap = -1  # the machine waits only for the end of this much trailing whitespace
-        self._body_raw: list[str] = []
-        self._json_depth = 0
-        self._json_in_string = False
+        self._scanned_key = (0, False)  # never scanned in "": a scan starts at a '<'
+        self._scanned: Tag | Mark = NO_TAG
+        # The machine waits only for the end of ``_gap`` characters of trailing whitespace.
+        self._waiting_on_gap = False
+        self._gap = 0
         self._engine_finish: str | None = None
         self._handlers = (
             self._text,
@@ -246,9 +280,9 @@ class Parser:
             self._invoke,
             self._value,
             self._json_body,
-            self._direct_done,
+            self._after_calls,
             self._after_block,
-            self._after_block,
+            self._after_eos,
         )
 
     # ------------------------------------------------------------------ public API
@@ -272,7 +306,7 @@ class Parser:
             if state == _TEXT and text[-1] != "\n":
                 self._fresh = False
                 return [ReasoningDelta(text) if self._reasoning else ContentDelta(text)]
-        if self._gap >= 0 and self._gap + len(text) <= MAX_FOLLOWER_GAP and text.isspace():
+        if self._waiting_on_gap and self._gap + len(text) <= MAX_FOLLOWER_GAP and text.isspace():
             self._buf += text  # more whitespace decides nothing: no need to read again
             self._gap += len(text)
             return []
@@ -296,7 +330,7 @@ class Parser:
             self._final = True
             self._engine_finish = finish_reason
             self._run()
-            if self._state == _AFTER_BLOCK and self._tentative is not None:
+            if self._state == _AFTER_BLOCK:
                 self._settle(finish_reason == "length")
             self._closed = True
             self._finish(finish_reason)
@@ -322,19 +356,22 @@ class Parser:
 
     def _run(self) -> None:
         handlers = self._handlers
-        self._gap = -1
+        self._waiting_on_gap = False
         while self._pos < len(self._buf) and handlers[self._state]():
-            self._gap = -1
+            self._waiting_on_gap = False
 
     def _go(self, state: State) -> None:
-        assert state in TRANSITIONS[self._state], (self._state, state)
+        """Change state; a change not in ``TRANSITIONS`` is a parser bug and raises."""
+        if state not in TRANSITIONS[self._state]:
+            raise RuntimeError(f"parser bug: no transition {self._state.name} -> {state.name}")
         self._state = state
 
     def _text(self) -> bool:
         buf, pos = self._buf, self._pos
-        lt, tag = pos - 1, None
+        lt = pos - 1
+        tag: Tag | Mark = NO_TAG
         find = self._scanner.find
-        while tag is None:  # a '<' that starts no tag is text: look further
+        while tag is NO_TAG:  # a '<' that starts no tag is text: look further
             lt = find(buf, lt + 1)
             if lt < 0:
                 break
@@ -347,7 +384,7 @@ class Parser:
             self._text_until(end if self._final else end - newlines)
             return self._final
         gap_start = lt - newlines  # the newlines belong to an opener, if one follows
-        if tag is CUT_OFF:
+        if tag is _CUT_OFF:
             self._text_until(gap_start)
             self._diagnose(
                 "truncated_markup", "the output was cut off inside a tag", buf[gap_start:]
@@ -372,7 +409,7 @@ class Parser:
             self._note_typo(tag)
             self._fresh = False
             if kind is TagKind.BLOCK_OPEN:
-                self._in_block, self._block_calls = True, 0
+                self._open_block = _Block()
                 self._go(_BLOCK)
             else:
                 self._start_call(tag.name)
@@ -385,12 +422,16 @@ class Parser:
         if kind is TagKind.THINK_CLOSE:
             if self._reasoning:
                 self._end_reasoning()
+            elif self._literal_think:
+                self._literal_think = False
+                self._emit_text(buf[lt : tag.end])
             else:
                 self._diagnose("stray_think_close", "dropped a '</think>' outside reasoning", "")
         elif kind is TagKind.THINK_OPEN:
-            if self._fresh and not self._reasoning and lt == 0:
-                self._reasoning = True
+            if self._fresh and lt == 0:
+                self._reasoning = True  # opens reasoning, or echoes the prompt's opener
             else:
+                self._literal_think = not self._reasoning
                 self._emit_text(buf[lt : tag.end])
         elif kind is TagKind.EOS:
             self._go(_DONE)
@@ -403,21 +444,21 @@ class Parser:
         self._fresh = False
         return True
 
-    def _opener_confirmed(self, tag: Tag) -> bool | Pending:
+    def _opener_confirmed(self, tag: Tag) -> bool | Mark:
         """Is a block or direct-invoke opener markup? (Decided by what follows it.)"""
         follower = self._follower(self._buf, tag.end)
         if follower is PENDING:
             return PENDING
         if tag.kind is TagKind.BLOCK_OPEN:
             wanted = (TagKind.INVOKE_OPEN, TagKind.BLOCK_CLOSE)
-            ends_output = follower is _EOO
+            ends_output = follower is _END
         else:
             wanted = (TagKind.PARAM_OPEN, TagKind.INVOKE_CLOSE)
-            ends_output = follower is _EOO and self._engine_finish == "length"
+            ends_output = follower is _END and self._engine_finish == "length"
         return (
             (isinstance(follower, Tag) and follower.kind in wanted)
             or ends_output
-            or (tag.kind is TagKind.INVOKE_OPEN and follower == _BRACE)
+            or (tag.kind is TagKind.INVOKE_OPEN and follower is _BRACE)
         )
 
     def _block(self) -> bool:
@@ -438,15 +479,15 @@ class Parser:
             tag = self._scan(buf, pos)
             if tag is PENDING:
                 return False
-            if tag is CUT_OFF:
+            if tag is _CUT_OFF:
                 self._stray.append(buf[pos:])
                 self._pos = len(buf)
                 return False
             if isinstance(tag, Tag) and self._between_tags_tag(tag, in_invoke):
                 return True
         elif in_invoke and buf[pos] == "{" and call is not None and not self._stray:
+            self._body = _JsonBody()
             self._go(_JSON_BODY)
-            self._json_depth, self._json_in_string = 0, False
             return True
         lt = self._scanner.find(buf, pos + 1)
         end = len(buf) if lt < 0 else lt
@@ -476,7 +517,7 @@ class Parser:
                 self._note_typo(tag)
                 self._end_call(call)
                 self._pos = tag.end
-                self._go(_BLOCK if self._in_block else _DIRECT_DONE)
+                self._go(_AFTER_CALLS if self._open_block is None else _BLOCK)
                 return True
             if kind is TagKind.INVOKE_OPEN or kind is TagKind.BLOCK_CLOSE:
                 self._flush_stray()
@@ -486,8 +527,8 @@ class Parser:
                     "",
                 )
                 self._end_call(call)
-                self._go(_BLOCK if self._in_block else _DIRECT_DONE)
-                if self._in_block or kind is TagKind.INVOKE_OPEN:
+                self._go(_AFTER_CALLS if self._open_block is None else _BLOCK)
+                if self._open_block is not None or kind is TagKind.INVOKE_OPEN:
                     return True  # the block/direct state handles the tag
                 self._diagnose("stray_closer", "dropped a block closer with no open block", "")
                 self._pos = tag.end
@@ -521,7 +562,7 @@ class Parser:
                 self._pos = len(buf)
                 return False
             tag = self._scan(buf, lt, in_value=True)
-            verdict: _Verdict = None
+            verdict: Tag | Mark = NO_TAG
             if isinstance(tag, Tag):
                 if tag.kind is TagKind.PARAM_CLOSE:
                     verdict = self._judge_param_close(tag)
@@ -532,7 +573,7 @@ class Parser:
                     verdict = tag
             elif tag is PENDING:
                 verdict = PENDING
-            if verdict is None:  # value text
+            if verdict is NO_TAG:  # value text
                 search = lt + 1
                 continue
             call.value_text(buf[start:lt])
@@ -559,29 +600,29 @@ class Parser:
                 return True
             start, search = tag.start, tag.end  # the closer was value text after all
 
-    def _judge_param_close(self, tag: Tag) -> _Verdict:
+    def _judge_param_close(self, tag: Tag) -> Tag | Mark:
         """Does the parameter closer ``tag`` end the value? (parsing.md §2)
 
-        None: it is value text. PENDING: the followers have not arrived. Otherwise the tag
-        that decided it: a parameter or invoke opener (the parameter ends), an invoke closer
-        (the invoke ends too), a block closer (a tentative end of block) or ``_EOO``.
+        NO_TAG: it is value text. PENDING: the followers have not arrived. Otherwise what
+        decided it: a parameter or invoke opener (the parameter ends), an invoke closer (the
+        invoke ends too), a block closer (a tentative end of block) or END (the output's).
         """
         buf = self._buf
         follower = self._follower(buf, tag.end)
         if follower is PENDING:
             return PENDING
         if self._finished_here(follower):
-            return _EOO
+            return _END
         if not isinstance(follower, Tag):
-            return None
+            return NO_TAG
         kind = follower.kind
         if kind in (TagKind.PARAM_OPEN, TagKind.INVOKE_OPEN):
             return follower
         if kind is TagKind.BLOCK_CLOSE:
-            return follower if self._in_block else None
+            return NO_TAG if self._open_block is None else follower
         if kind is not TagKind.INVOKE_CLOSE:
-            return None
-        if not self._in_block:
+            return NO_TAG
+        if self._open_block is None:
             return follower  # a direct invoke's closer needs no follower
         after = self._follower(buf, follower.end)
         if after is PENDING:
@@ -592,9 +633,9 @@ class Parser:
             isinstance(after, Tag) and after.kind is TagKind.INVOKE_OPEN
         ):
             return follower
-        return None
+        return NO_TAG
 
-    def _apply_param_close(self, call: ArgumentsBuilder, tag: Tag, decider: _Verdict) -> bool:
+    def _apply_param_close(self, call: ArgumentsBuilder, tag: Tag, decider: Tag | Mark) -> bool:
         """The parameter closer ``tag`` ends the value; ``decider`` says how far it reaches.
 
         False when the closer turns out to be value text (a tentative block close that
@@ -604,7 +645,9 @@ class Parser:
             settling = self._settling
             if settling is None:
                 self._note_typo(tag)
-                self._tentative = (self._buf[tag.start : decider.end], tag.end - tag.start)
+                self._tentative = _Tentative(
+                    self._buf[tag.start : decider.end], tag.end - tag.start
+                )
                 self._pos = decider.end
                 self._go(_AFTER_BLOCK)
                 return True
@@ -612,11 +655,8 @@ class Parser:
                 self._closers_were_value_text(call, settling)
                 return False
             self._note_typo(tag)
-            call.close_parameter()
-            self._end_call(call)
-            self._in_block = False
             self._pos = decider.end
-            self._go(_AFTER_BLOCK)
+            self._stand_call(call)
             return True
         self._note_typo(tag)
         call.close_parameter()
@@ -626,16 +666,16 @@ class Parser:
             self._note_typo(decider)
             self._end_call(call)
             self._pos = decider.end
-            self._go(_BLOCK if self._in_block else _DIRECT_DONE)
+            self._go(_AFTER_CALLS if self._open_block is None else _BLOCK)
         return True
 
     def _json_body(self) -> bool:
         """A JSON-object invoke body; closers inside JSON strings are data."""
         buf, pos = self._buf, self._pos
-        call = self._call
-        assert call is not None
+        call, body = self._call, self._body
+        assert call is not None and body is not None
         i = pos
-        depth, in_string = self._json_depth, self._json_in_string
+        depth, in_string = body.depth, body.in_string
         n = len(buf)
         while depth or i == pos:
             match = _JSON_SPECIAL.search(buf, i)
@@ -653,33 +693,90 @@ class Parser:
                 in_string = not in_string
             elif not in_string:
                 depth += 1 if char == "{" else -1
-        self._body_raw.append(buf[pos:i])
+        body.parts.append(buf[pos:i])
         self._pos = i
-        self._json_depth, self._json_in_string = depth, in_string
+        body.depth, body.in_string = depth, in_string
         if depth:
             return False
-        raw = "".join(self._body_raw)
-        self._body_raw = []
-        call.body(raw)
+        self._body = None
+        call.body("".join(body.parts))
         self._go(_INVOKE)
         return True
 
-    def _direct_done(self) -> bool:
-        self._pos = _skip_whitespace(self._buf, self._pos)
-        if self._pos < len(self._buf):
-            self._go(_TEXT)
-            return True
-        return False
+    def _after_calls(self) -> bool:
+        """After a block or direct invoke: the whitespace that follows belongs to the markup
+        unless text (not a tag) follows it: then it stays with that text, content after the
+        calls (after a block, with a ``text_after_block`` note), and so does a run longer
+        than :data:`MAX_FOLLOWER_GAP`."""
+        buf, pos = self._buf, self._pos
+        end = _skip_whitespace(buf, pos)
+        if end - pos > MAX_FOLLOWER_GAP:
+            end = pos  # a longer run is text (so it is never held back for long)
+        elif end == len(buf):
+            if self._final:
+                self._pos = end
+            else:
+                self._waiting_on_gap, self._gap = True, end - pos
+            return self._final
+        elif buf[end] == "<":
+            tag = self._scan(buf, end)
+            if tag is PENDING:
+                return False
+            if isinstance(tag, Tag):
+                self._pos = end
+                self._ended_block = None
+                self._go(_TEXT)
+                return True
+        if self._ended_block is not None:
+            self._ended_block = None
+            self._diagnose(
+                "text_after_block", "text after the tool-call block; kept as content after it", ""
+            )
+        self._go(_TEXT)
+        return True
 
     def _after_block(self) -> bool:
-        self._tail.append(self._buf[self._pos :])
+        """After a tentative block close: keep the text for ``close()`` to decide, unless a
+        new block opener that an invoke opener follows comes first: then the close stands."""
+        buf, pos = self._buf, self._pos
+        tentative = self._tentative
+        assert tentative is not None
+        lt, find = (len(buf) if tentative.ended else pos) - 1, self._scanner.find
+        while (lt := find(buf, lt + 1)) >= 0:
+            if buf.startswith("/", lt + 1):
+                continue  # a closer: only a block opener or EOS decides anything here
+            tag = self._scan(buf, lt)
+            if tag is PENDING:
+                break
+            if not isinstance(tag, Tag) or tag.kind is not TagKind.BLOCK_OPEN:
+                if isinstance(tag, Tag) and tag.kind is TagKind.EOS:
+                    tentative.ended = True  # the output ends here: no new block can open
+                    lt = -1
+                    break
+                continue
+            follower = self._follower(buf, tag.end)
+            if follower is PENDING:
+                break
+            if isinstance(follower, Tag) and follower.kind is TagKind.INVOKE_OPEN:
+                kept = "".join(tentative.kept) + buf[pos:lt]
+                self.work += len(kept)  # read again, as content
+                self._stand(kept, buf[lt:])
+                return True
+        end = len(buf) if lt < 0 else lt
+        tentative.kept.append(buf[pos:end])
+        self._pos = end
+        return False
+
+    def _after_eos(self) -> bool:
+        self._after_eos_text.append(self._buf[self._pos :])
         self._pos = len(self._buf)
         return False
 
     # ------------------------------------------------------------------ tags
 
-    def _scan(self, buf: str, start: int, in_value: bool = False) -> Tag | Pending | _CutOff | None:
-        """The tag at ``buf[start] == "<"``; at the end of a cut-off output, CUT_OFF."""
+    def _scan(self, buf: str, start: int, in_value: bool = False) -> Tag | Mark:
+        """The tag at ``buf[start] == "<"`` (or NO_TAG, PENDING; CUT_OFF where a cut-off
+        output ended inside one)."""
         key = (start, in_value)
         if buf is self._scanned_buf and key == self._scanned_key:
             tag = self._scanned  # the same tag again (a follower, then the tag itself)
@@ -687,28 +784,29 @@ class Parser:
             tag = self._scanner.scan(buf, start, False, in_value=in_value)
             self._scanned_buf, self._scanned_key, self._scanned = buf, key, tag
         if tag is PENDING and self._final:
-            return CUT_OFF if self._engine_finish == "length" else None
+            return _CUT_OFF if self._engine_finish == "length" else NO_TAG
         return tag
 
-    def _follower(self, buf: str, start: int) -> _Follower:
-        """What follows ``start`` after whitespace: a Tag, ``_BRACE``, ``_EOO``, None or PENDING."""
+    def _follower(self, buf: str, start: int) -> Tag | Mark:
+        """What follows ``start`` after whitespace: a Tag, BRACE, END, NO_TAG or PENDING."""
         match = _WS.match(buf, start, start + MAX_FOLLOWER_GAP + 1)
         j = match.end() if match else start
         if j - start > MAX_FOLLOWER_GAP:
-            return None
+            return NO_TAG
         if j >= len(buf):
             if self._final:
-                return _EOO
+                return _END
+            self._waiting_on_gap = True
             self._gap = j - start  # undecided until something but whitespace arrives
             return PENDING
         if buf[j] == "<":
             tag = self._scan(buf, j)
-            return _EOO if tag is CUT_OFF else tag
-        return _BRACE if buf[j] == "{" else None
+            return _END if tag is _CUT_OFF else tag
+        return _BRACE if buf[j] == "{" else NO_TAG
 
-    def _finished_here(self, follower: _Follower) -> bool:
+    def _finished_here(self, follower: Tag | Mark) -> bool:
         """Did the output end here on its own? (A ``length`` cut-off did not finish it.)"""
-        return follower is _EOO and self._engine_finish != "length"
+        return follower is _END and self._engine_finish != "length"
 
     # ------------------------------------------------------------------ calls
 
@@ -717,8 +815,8 @@ class Parser:
         call = ArgumentsBuilder(self._next_index, self._new_id(), name, declared, self._out)
         self._next_index += 1
         self._call = call
-        if self._in_block:
-            self._block_calls += 1
+        if self._open_block is not None:
+            self._open_block.calls += 1
         self._out.append(ToolCallStart(call.index, call.id, name))
 
     def _closes_by_declared_opener(self, call: ArgumentsBuilder, name: str) -> bool:
@@ -731,9 +829,10 @@ class Parser:
         self._call = None
 
     def _close_block(self) -> None:
-        self._in_block = False
-        if self._block_calls:
-            self._go(_AFTER_BLOCK)
+        block, self._open_block = self._open_block, None
+        if block is not None and block.calls:
+            self._ended_block = block
+            self._go(_AFTER_CALLS)
         else:
             self._diagnose("empty_block", "dropped an empty tool-call block", "")
             self._go(_TEXT)
@@ -750,33 +849,44 @@ class Parser:
         once (``_tentative_is_value_text``); the text is read again at most once.
         """
         assert self._tentative is not None and self._call is not None
-        sequence, first_closer = self._tentative
-        self._tentative = None
+        tentative, self._tentative = self._tentative, None
+        sequence, first_closer = tentative.sequence, tentative.first_closer
         call = self._call
-        buf = sequence + "".join(self._tail)
-        self._tail = []
+        buf = sequence + "".join(tentative.kept)
+        self.work += len(buf)
         settling = _Settling(cut_off)
         self._buf, self._pos = buf, 0
-        if not self._tentative_is_value_text(settling, len(sequence)):
-            call.close_parameter()
-            self._end_call(call)
-            self._in_block = False
-            self._tail = [buf[len(sequence) :]]
-            self._buf, self._pos = "", 0
-            return
-        self.work += len(buf)
         self._settling = settling
-        self._go(_VALUE)  # the rewind: the first closer was value text
-        self._pos = first_closer
-        self._closers_were_value_text(call, settling, first_closer)
+        if self._tentative_is_value_text(settling, len(sequence)):
+            self._go(_VALUE)  # the rewind: the first closer was value text
+            self._pos = first_closer
+            self._closers_were_value_text(call, settling, first_closer)
+        else:
+            self._pos = len(sequence)
+            self._stand_call(call)
         self._run()
+
+    def _stand(self, kept: str, rest: str) -> None:
+        """A new block opens after a tentative close: the close stands; ``kept`` (the text
+        between) and ``rest`` are read again from the start."""
+        assert self._call is not None
+        self._tentative = None
+        self._buf, self._pos = kept + rest, 0
+        self._stand_call(self._call)
+
+    def _stand_call(self, call: ArgumentsBuilder) -> None:
+        """The closers after the call's last value were markup: the call and its block end."""
+        call.close_parameter()
+        self._end_call(call)
+        self._ended_block, self._open_block = self._open_block, None
+        self._go(_AFTER_CALLS)
 
     def _tentative_is_value_text(self, settling: _Settling, end: int) -> bool:
         """Is the closing sequence that ends at ``end`` of the kept text value text?"""
         if settling.cut_off:
             return True
         buf = self._buf
-        if settling.eos < end:
+        if isinstance(settling.eos, Mark) or settling.eos < end:
             eos = buf.find(EOS, end)
             settling.eos = eos = len(buf) if eos < 0 else eos
             last = eos
@@ -786,9 +896,10 @@ class Parser:
             settling.sequence_start = _UNKNOWN
         if settling.last_text <= end:
             return False  # only whitespace follows: the close stands
-        if settling.sequence_start == _UNKNOWN:  # read once, when first needed
-            settling.sequence_start = self._closing_sequence_start(buf, settling.last_text)
-        return 0 <= end <= settling.sequence_start
+        start = settling.sequence_start
+        if start is _UNKNOWN:  # read once, when first needed
+            start = settling.sequence_start = self._closing_sequence_start(buf, settling.last_text)
+        return isinstance(start, int) and end <= start
 
     def _closers_were_value_text(
         self, call: ArgumentsBuilder, settling: _Settling, first_closer: int | None = None
@@ -804,17 +915,17 @@ class Parser:
         if first_closer is not None:
             call.value_text(self._buf[:first_closer])
 
-    def _closing_sequence_start(self, text: str, end: int) -> int:
+    def _closing_sequence_start(self, text: str, end: int) -> int | Mark:
         """Start of the parameter, invoke and block closers (whitespace between) that end
-        ``text[:end]``, or -1."""
+        ``text[:end]``, or NO_TAG."""
         lt = end
         for kind in (TagKind.BLOCK_CLOSE, TagKind.INVOKE_CLOSE, TagKind.PARAM_CLOSE):
             lt = text.rfind("<", max(0, end - MAX_FOLLOWER_GAP - 512), end)
             if lt < 0:
-                return -1
+                return NO_TAG
             tag = self._scanner.scan(text, lt, True, in_value=kind is TagKind.PARAM_CLOSE)
             if not isinstance(tag, Tag) or tag.kind is not kind or tag.end != end:
-                return -1
+                return NO_TAG
             end = lt
             while end > 0 and text[end - 1].isspace():
                 end -= 1
@@ -824,28 +935,18 @@ class Parser:
         self._flush_stray()
         call = self._call
         if call is not None:
-            partial = call.partial_text() + "".join(self._body_raw)
+            partial = call.partial_text() + ("".join(self._body.parts) if self._body else "")
             self._diagnose(
                 "truncated_call",
                 f"the output ended inside call {call.name!r}; it is not returned",
                 partial,
             )
-        elif self._in_block:
-            if self._block_calls:
+        elif self._open_block is not None:
+            if self._open_block.calls:
                 self._diagnose("missing_block_close", "the tool-call block was never closed", "")
             else:
                 self._diagnose("empty_block", "dropped an empty tool-call block", "")
-        tail = "".join(self._tail)
-        if self._state == _DONE:
-            before_eos, after_eos = "", tail
-        else:
-            before_eos, _, after_eos = tail.partition(EOS)
-        if before_eos.strip():
-            self._diagnose(
-                "text_after_block",
-                "text after the tool-call block is not part of the turn",
-                before_eos,
-            )
+        after_eos = "".join(self._after_eos_text)
         if after_eos:
             self._diagnose("text_after_eos", "dropped text after end-of-sentence", after_eos)
         reason: FinishReason

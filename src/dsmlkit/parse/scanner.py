@@ -3,8 +3,11 @@
 :func:`TagScanner.scan` looks at the text starting at a ``<`` and answers one of
 
 * a :class:`Tag` — a complete tag (its kind, attributes and where it ends);
-* ``None`` — this ``<`` does not start a tag the grammar accepts: it is text;
+* :data:`NO_TAG` — this ``<`` does not start a tag the grammar accepts: it is text;
 * :data:`PENDING` — the buffer ends inside something that may still become a tag.
+
+Both are members of :class:`Mark`, the one set of sentinels the scanner and the parser
+answer with wherever there is no tag or position to give.
 
 Tags are short (capped at :data:`MAX_TAG_LENGTH` characters), so scanning one from its
 ``<`` again when more text arrives costs a bounded amount; the parser never rescans
@@ -56,11 +59,20 @@ class TagKind(enum.Enum):
     EOS = "eos"
 
 
-class Pending(enum.Enum):
-    PENDING = "pending"
+class Mark(enum.Enum):
+    """What a look at the text found when it is not a tag (or not a position)."""
+
+    PENDING = "pending"  # the text ends inside what may still become a tag or a follower
+    NO_TAG = "no tag"  # no tag (or closing sequence) here: it is text
+    CUT_OFF = "cut off"  # a ``length`` cut-off inside what may have been a tag
+    END = "end of output"  # the output ended where a follower was expected
+    BRACE = "brace"  # a ``{`` follows: a JSON body
+    UNKNOWN = "unknown"  # not looked for yet
 
 
-PENDING: Final = Pending.PENDING
+# The members as module constants: reading an enum member off its class is slow in 3.11.
+PENDING: Final = Mark.PENDING
+NO_TAG: Final = Mark.NO_TAG
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +137,7 @@ _LOOSE_STRING_ATTR = [_WS1, _literal("string"), *_EQ, _ANY_VALUE]
 # Where a tag may start: a '<' followed by a marker's bars (after an optional '/' and up to
 # three spaces; EOS starts that way too), by ``think>``/``/think>`` or a plain
 # ``/parameter>``, or by a prefix of one of these that the text ends in. Every '<' that
-# ``TagScanner.scan`` answers with anything but None matches, in every grammar.
+# ``TagScanner.scan`` answers with anything but NO_TAG matches, in every grammar.
 _SPACES = f" {{1,{_MAX_MARKER_SPACES + 1}}}"
 _MARKER_START = f"[{_LENIENT_BARS}]|{_SPACES}(?:[{_LENIENT_BARS}]|\\Z)"
 _THINK_START = f"t(?:hink>|{_literal('hink')[1]}\\Z)"
@@ -232,7 +244,7 @@ class TagScanner:
     def find(self, text: str, start: int) -> int:
         """Index of the first ``<`` at or after ``start`` that may start a tag, or -1.
 
-        :meth:`scan` answers None at every ``<`` before it (the ``<`` found may still start
+        :meth:`scan` answers NO_TAG at every ``<`` before it (the ``<`` found may still start
         no tag). One regex looks at the next :data:`_FAR` characters; past them the search
         jumps between the characters every tag needs, so an ordinary ``<`` costs nothing.
         What it found in a text is remembered: searching one text from left to right reads
@@ -324,9 +336,7 @@ class TagScanner:
         self._found[_THINK_KEY] = (lt, found)
         return found
 
-    def scan(
-        self, text: str, start: int, final: bool, *, in_value: bool = False
-    ) -> Tag | Pending | None:
+    def scan(self, text: str, start: int, final: bool, *, in_value: bool = False) -> Tag | Mark:
         """Recognise the tag at ``text[start] == "<"``.
 
         ``final`` means no more text will come, so nothing is pending. ``in_value``: the
@@ -335,15 +345,15 @@ class TagScanner:
         """
         n = len(text)
         if start + 1 < n and text[start + 1] not in self._second:
-            return None
+            return NO_TAG
         limit = start + MAX_TAG_LENGTH
         if n >= limit:  # the window is complete: nothing can be pending
             result = self._scan(text, start, limit, in_value)
-            return None if result is PENDING else result
+            return NO_TAG if result is PENDING else result
         result = self._scan(text, start, n, in_value)
-        return None if result is PENDING and final else result
+        return NO_TAG if result is PENDING and final else result
 
-    def _scan(self, text: str, start: int, n: int, in_value: bool) -> Tag | Pending | None:
+    def _scan(self, text: str, start: int, n: int, in_value: bool) -> Tag | Mark:
         """The tag in ``text[start:n]`` (``n`` is the end of the window)."""
         for literal, kind in _LITERALS:  # each far shorter than the window
             if text.startswith(literal, start):
@@ -359,21 +369,22 @@ class TagScanner:
         # The marker: |DSML| or ｜DSML｜ (lenient: see _scan_lenient_marker).
         mark = i
         if self._grammar.lenient:
-            i, marker_typo = self._scan_lenient_marker(text, i, n)
+            after, marker_typo = self._scan_lenient_marker(text, i, n)
         else:
-            i, marker_typo = self._scan_marker(text, i, n)
-        if i < 0:
-            if i == -2 and closing and in_value and self._grammar.lenient:
+            after, marker_typo = self._scan_marker(text, i, n)
+        if isinstance(after, Mark):
+            if after is NO_TAG and closing and in_value and self._grammar.lenient:
                 return self._plain_param_close(text, start, mark, n)
-            return PENDING if i == -1 else None
+            return after
+        i = after
         spaces = 0
         while i < n and text[i] == " " and spaces <= 2:
             i += 1
             spaces += 1
         if i >= n:
-            return PENDING if spaces <= max(self._grammar.spaces) else None
+            return PENDING if spaces <= max(self._grammar.spaces) else NO_TAG
         if spaces not in self._grammar.spaces:
-            return None
+            return NO_TAG
         name_start = i
         longest = name_start + self._longest_name
         while i < n and i <= longest and (text[i].isalpha() or text[i] == "_"):
@@ -381,10 +392,10 @@ class TagScanner:
         word = text[name_start:i]
         if i >= n:
             viable = any(name.startswith(word) for name in self._all_names)
-            return PENDING if viable else None
+            return PENDING if viable else NO_TAG
         role, typo = self._classify_name(word, closing)
         if role is None:
-            return None
+            return NO_TAG
         kind = (_CLOSE_KIND if closing else _OPEN_KIND)[role]
         if kind is TagKind.PARAM_OPEN and self._grammar.lenient:
             full, prefix = _LOOSE_PARAM_ATTRS
@@ -394,7 +405,7 @@ class TagScanner:
             full, prefix = _CLOSE_ATTRS if closing else _ATTRS[kind]
         match = full.match(text, i, n)
         if match is None:
-            return PENDING if prefix.fullmatch(text, i, n) else None
+            return PENDING if prefix.fullmatch(text, i, n) else NO_TAG
         if kind is TagKind.PARAM_OPEN:
             name, flag = match.group(1), match.group(2)
             is_string = flag != "false"
@@ -409,68 +420,68 @@ class TagScanner:
         return Tag(kind, start, match.end(), name, is_string, typo)
 
     @staticmethod
-    def _plain_param_close(text: str, start: int, i: int, n: int) -> Tag | Pending | None:
+    def _plain_param_close(text: str, start: int, i: int, n: int) -> Tag | Mark:
         """A plain ``</parameter>`` inside a value (lenient grammars only)."""
         piece = text[i : min(n, i + len(_PLAIN_PARAM_CLOSE))]
         if piece == _PLAIN_PARAM_CLOSE:
             end = i + len(piece)
             return Tag(TagKind.PARAM_CLOSE, start, end, typo="plain '</parameter>' closer")
-        return PENDING if _PLAIN_PARAM_CLOSE.startswith(piece) else None
+        return PENDING if _PLAIN_PARAM_CLOSE.startswith(piece) else NO_TAG
 
     @staticmethod
-    def _scan_marker(text: str, i: int, n: int) -> tuple[int, str]:
-        """Strict: index after ``｜DSML｜`` or ``|DSML|`` (-1 pending, -2 no marker)."""
+    def _scan_marker(text: str, i: int, n: int) -> tuple[int | Mark, str]:
+        """Strict: index after ``｜DSML｜`` or ``|DSML|`` (PENDING, or NO_TAG if no marker)."""
         for marker in (MARKER, ASCII_MARKER):
             piece = text[i : min(n, i + len(marker))]
             if piece == marker:
                 return i + len(marker), ""
             if len(piece) < len(marker) and marker.startswith(piece):
-                return -1, ""
-        return -2, ""
+                return PENDING, ""
+        return NO_TAG, ""
 
     @staticmethod
-    def _scan_lenient_marker(text: str, i: int, n: int) -> tuple[int, str]:
+    def _scan_lenient_marker(text: str, i: int, n: int) -> tuple[int | Mark, str]:
         """Lenient: one or two bars (``｜``, ``|`` or ``‖``) each side of ``DSML``, with up
-        to two spaces around each group of bars; index after it (-1 pending, -2 no marker)
+        to two spaces around each group of bars; index after it (PENDING, or NO_TAG if no marker)
         and a typo note."""
         j = i
         spaced = False
         if j < n and text[j] == " ":
             j = _skip_spaces(text, j, n)
             if j - i > _MAX_MARKER_SPACES:
-                return -2, ""
+                return NO_TAG, ""
             spaced = True
         if j >= n:
-            return -1, ""
+            return PENDING, ""
         lead = j
         while j < n and j - lead < 2 and text[j] in _LENIENT_BARS:
             j += 1
         if j == lead:
-            return -2, ""
+            return NO_TAG, ""
         k = j
         if k < n and text[k] == " ":
             k = _skip_spaces(text, k, n)
             if k - j > _MAX_MARKER_SPACES:
-                return -2, ""
+                return NO_TAG, ""
             spaced = True
         body = text[k : k + 4] if k + 4 <= n else text[k:n]
         if body != "DSML":
-            return (-1 if len(body) < 4 and "DSML".startswith(body) else -2), ""
+            return (PENDING if len(body) < 4 and "DSML".startswith(body) else NO_TAG), ""
         m = k + 4
         if m < n and text[m] == " ":
             m = _skip_spaces(text, m, n)
             if m - k - 4 > _MAX_MARKER_SPACES:
-                return -2, ""
+                return NO_TAG, ""
             spaced = True
         if m >= n:
-            return -1, ""
+            return PENDING, ""
         trail = m
         while m < n and m - trail < 2 and text[m] in _LENIENT_BARS:
             m += 1
         if m == trail:
-            return -2, ""
+            return NO_TAG, ""
         if m >= n and m - trail < 2:
-            return -1, ""
+            return PENDING, ""
         if not spaced and j - lead == 1 and m - trail == 1:
             marker = text[lead] + "DSML" + text[trail]
             if marker in (MARKER, ASCII_MARKER):
