@@ -10,11 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -27,7 +23,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.helpers import v41_tokenizer_file
-from tests.server.test_server_process import _free_port
+from tests.server.test_server_process import _serve
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -51,45 +47,18 @@ if _missing and os.environ.get("DSMLKIT_REQUIRE_BROWSER") == "1":
 pytestmark = pytest.mark.skipif(bool(_missing), reason=f"no {', '.join(_missing)} here")
 
 
-@contextmanager
-def _serve(*flags: str) -> Iterator[str]:
-    """A real ``dsmlkit serve FLAGS`` (render-only, V4.1) and its URL."""
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dsmlkit", "serve", "--port", str(port), *flags],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.get(url + "/health", timeout=1)
-            break
-        except httpx.TransportError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise AssertionError(process.communicate()[1]) from None
-            time.sleep(0.1)
-    try:
-        yield url
-    finally:
-        process.terminate()
-        process.wait(15)
-
-
 @pytest.fixture(scope="module")
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """With a V4.1 tokenizer file: prompts go upstream as token ids."""
-    with _serve("--tokenizer", str(v41_tokenizer_file(tmp_path_factory.mktemp("v41")))) as url:
+    tokenizer = v41_tokenizer_file(tmp_path_factory.mktemp("v41"))
+    with _serve("--tokenizer", str(tokenizer)) as (_, url):
         yield url
 
 
 @pytest.fixture(scope="module")
 def text_server_url() -> Iterator[str]:
     """With the bundled V4 tokenizer, which lacks V4.1's ``<｜System｜>``: prompts go as text."""
-    with _serve() as url:
+    with _serve() as (_, url):
         yield url
 
 
