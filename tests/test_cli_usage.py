@@ -128,8 +128,8 @@ def test_parse_jsonl_names_each_bad_line_and_exits_3(tmp_path: Path) -> None:
     assert [result.get("line") for result in results] == [None, 2, 4, None]
     assert [result.get("content") for result in results] == ["ok", None, None, "fine"]
     assert done.stderr.splitlines() == [
-        f"dsmlkit parse: {batch} line 2: ValueError: not valid JSON: Expecting value at column 1",
-        f"dsmlkit parse: {batch} line 4: ValueError: each line must be a JSON object",
+        f"dsmlkit parse: {batch} line 2: not valid JSON: Expecting value at column 1",
+        f"dsmlkit parse: {batch} line 4: each line must be a JSON object",
     ]
 
 

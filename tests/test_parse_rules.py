@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dsmlkit.dialects import EOS, V4, Dialect
-from dsmlkit.errors import CallerError
+from dsmlkit.errors import CallerError, InternalError
 from dsmlkit.parse import (
     ArgumentsDelta,
     OutputEnd,
@@ -441,5 +441,5 @@ def test_missing_or_odd_string_attribute_means_a_string_value() -> None:
 def test_a_state_change_outside_the_transition_table_raises() -> None:
     parser = Parser("v4")
     parser.feed("Hi" + EOS)
-    with pytest.raises(RuntimeError, match="no transition DONE -> TEXT"):
+    with pytest.raises(InternalError, match="no transition DONE -> TEXT"):
         parser._go(State.TEXT)  # the machine's own check, reached on purpose

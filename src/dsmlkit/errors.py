@@ -11,6 +11,8 @@
   :class:`InvalidRequest` is one (the client's fault), a bare :class:`ApiError` is the
   server's or the upstream's fault (5xx).
 * :class:`UpstreamError` — the engine or hosted API behind the gateway misbehaved.
+* :class:`InternalError` — a check inside dsmlkit found its own state impossible: a bug,
+  never the caller's or the model's doing.
 
 Model output never raises: what a model writes becomes content, calls or diagnostics.
 """
@@ -40,6 +42,10 @@ class DsmlkitError(Exception):
 
 class CallerError(DsmlkitError, ValueError):
     """The caller used dsmlkit wrongly; the message says what to do instead."""
+
+
+class InternalError(DsmlkitError, RuntimeError):
+    """dsmlkit found its own state impossible (a bug: please report it with the input)."""
 
 
 class UsageError(CallerError):

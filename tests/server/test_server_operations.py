@@ -51,8 +51,8 @@ def _totals(url: str) -> dict[str, float]:
 
 def test_metrics_add_up_every_worker(engine_server: tuple[FakeEngine, str], tmp_path: Path) -> None:
     engine, engine_url = engine_server
-    flags = ("--tokenizer", "none", "--workers", "2", "--upstream", engine_url)
-    flags += ("--state", f"sqlite:{tmp_path / 'state.db'}")  # workers share no memory store
+    state = f"sqlite:{tmp_path / 'state.db'}"  # workers share no memory store
+    flags = ("--tokenizer", "none", "--workers", "2", "--upstream", engine_url, "--state", state)
     with _serve(*flags) as (process, url):
         deadline = time.monotonic() + 20
         while len(_workers(process.pid)) < 2 and time.monotonic() < deadline:

@@ -49,7 +49,7 @@ EXIT_START = 4
 EXIT_CONFIG = 5
 
 
-class InputFileError(Exception):
+class InputFileError(CallerError):
     """A file named on the command line cannot be read or holds the wrong data (exit 3)."""
 
 

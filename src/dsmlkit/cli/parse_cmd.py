@@ -20,6 +20,7 @@ from dsmlkit.cli import (
     load_tools,
     read_input,
 )
+from dsmlkit.errors import CallerError
 from dsmlkit.parse import MessageCollector, Parser, event_to_json
 
 
@@ -158,8 +159,8 @@ def _run_jsonl(out: BinaryIO, raw: bytes, args: argparse.Namespace, tools: Any) 
             continue
         try:
             result = _parse_request(_line_json(raw_line), args, tools)
-        except Exception as exc:  # a bad line reports and the run goes on
-            message = f"{type(exc).__name__}: {exc}"
+        except CallerError as exc:  # a bad line reports and the run goes on
+            message = str(exc)
             code = fail("parse", f"{source} line {number}: {message}", EXIT_INPUT)
             result = {"error": message, "line": number}
         _write_line(out, result)
@@ -170,30 +171,30 @@ def _line_json(raw_line: bytes) -> Any:
     try:
         return json.loads(raw_line.decode("utf-8"))
     except json.JSONDecodeError as exc:  # its "line 1" would only confuse
-        raise ValueError(f"not valid JSON: {exc.msg} at column {exc.colno}") from None
+        raise CallerError(f"not valid JSON: {exc.msg} at column {exc.colno}") from None
 
 
 def _parse_request(request: Any, defaults: argparse.Namespace, tools: Any) -> dict[str, Any]:
     if not isinstance(request, dict):
-        raise ValueError("each line must be a JSON object")
+        raise CallerError("each line must be a JSON object")
     text = request.get("text")
     if not isinstance(text, str):
-        raise ValueError('"text" must be a string')
+        raise CallerError('"text" must be a string')
     chunks = request.get("chunks")
     if chunks is not None:
         if not isinstance(chunks, list) or not all(isinstance(c, str) for c in chunks):
-            raise ValueError('"chunks" must be a list of strings')
+            raise CallerError('"chunks" must be a list of strings')
         if "".join(chunks) != text:
-            raise ValueError('"chunks" must concatenate to "text"')
+            raise CallerError('"chunks" must concatenate to "text"')
         pieces: Iterator[str] | list[str] = chunks
     else:
         size = request.get("chunk_size", defaults.chunk_size)
         if size is not None and (not isinstance(size, int) or size < 1):
-            raise ValueError('"chunk_size" must be a positive integer')
+            raise CallerError('"chunk_size" must be a positive integer')
         pieces = _chunks(text, size)
     finish = request.get("finish_reason", defaults.finish_reason)
     if finish is not None and not isinstance(finish, str):
-        raise ValueError('"finish_reason" must be a string')
+        raise CallerError('"finish_reason" must be a string')
     return _parse_one(
         text,
         pieces,

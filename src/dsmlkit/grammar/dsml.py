@@ -128,10 +128,7 @@ def ebnf(
     function dicts. ``thinking``: the output starts inside reasoning (the prompt ended with
     ``<think>``). Caller mistakes raise :class:`~dsmlkit.errors.CallerError`.
     """
-    try:
-        spelling = get_dialect(dialect)
-    except ValueError as exc:
-        raise CallerError(str(exc)) from None
+    spelling = get_dialect(dialect)
     declared = read_tools(tools)
     chosen = _chosen(tool_choice, declared)
     rules = RuleSet()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from dsmlkit.errors import CallerError
+
 _LITERAL_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 _CLASS_SPECIAL = "\\]^-["
 
@@ -58,14 +60,14 @@ class RuleSet:
     def reserve(self, name: str) -> str:
         """Claim ``name`` before its body is known (for recursive rules)."""
         if name in self._bodies:
-            raise ValueError(f"rule {name!r} defined twice")
+            raise CallerError(f"rule {name!r} defined twice")
         self._bodies[name] = ""
         return name
 
     def define(self, name: str, body: str) -> str:
         """Set the body of rule ``name`` (reserving it if needed) and return the name."""
         if self._bodies.get(name):
-            raise ValueError(f"rule {name!r} defined twice")
+            raise CallerError(f"rule {name!r} defined twice")
         self._bodies[name] = body
         return name
 

@@ -73,7 +73,7 @@ from json.encoder import encode_basestring
 from typing import Any, Final, Literal
 
 from dsmlkit.dialects import EOS, Dialect, get_dialect
-from dsmlkit.errors import CallerError
+from dsmlkit.errors import CallerError, InternalError
 from dsmlkit.parse.arguments import ArgumentsBuilder, arguments_delta
 from dsmlkit.parse.events import (
     ContentDelta,
@@ -363,7 +363,7 @@ class Parser:
     def _go(self, state: State) -> None:
         """Change state; a change not in ``TRANSITIONS`` is a parser bug and raises."""
         if state not in TRANSITIONS[self._state]:
-            raise RuntimeError(f"parser bug: no transition {self._state.name} -> {state.name}")
+            raise InternalError(f"parser bug: no transition {self._state.name} -> {state.name}")
         self._state = state
 
     def _text(self) -> bool:

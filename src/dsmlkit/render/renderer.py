@@ -32,7 +32,7 @@ from dsmlkit.dialects import (
     Dialect,
 )
 from dsmlkit.dialects import get_dialect as _lookup_dialect
-from dsmlkit.errors import InvalidRequest
+from dsmlkit.errors import CallerError, InvalidRequest
 from dsmlkit.parse import StartIn, parse
 from dsmlkit.render.builder import Piece, PromptBuilder
 from dsmlkit.render.conversation import (
@@ -290,7 +290,7 @@ def resolve_dialect(dialect: str | Dialect) -> Dialect:
     """A dialect value from a name (a :class:`Dialect` is returned as is)."""
     try:
         return _lookup_dialect(dialect)
-    except ValueError as error:
+    except CallerError as error:
         raise InvalidRequest(str(error), "dialect") from None
 
 

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import anyio.to_thread
 
-from dsmlkit.errors import CallerError, install_hint
+from dsmlkit.errors import CallerError, DsmlkitError, install_hint
 
 #: How long an entry lives unless the caller says otherwise (seconds).
 DEFAULT_TTL = 24 * 3600.0
@@ -41,8 +41,9 @@ REDIS_TIMEOUT = 0.5
 REDIS_BACKOFF = 2.0
 
 
-class StateStoreUnavailable(Exception):
-    """The store could not be reached or failed; ``message`` says why."""
+class StateStoreUnavailable(DsmlkitError):
+    """The store could not be reached or failed (nobody's mistake in a request: the server
+    answers without state, or 503 where state is the point); ``message`` says why."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
