@@ -18,8 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from operator import itemgetter
+from functools import cached_property, lru_cache
 from typing import Any, TypeVar
 
 from dsmlkit.dialects import (
@@ -78,12 +77,17 @@ class RenderResult:
     """
 
     prompt: str
-    pieces: tuple[Piece, ...]
     output_starts_in: StartIn
     stop: tuple[str, ...]
     notes: tuple[str, ...]
     dialect: str
     output_prefix: str = ""
+    _written: PromptBuilder = field(default_factory=PromptBuilder, repr=False, compare=False)
+
+    @cached_property
+    def pieces(self) -> tuple[Piece, ...]:
+        """The prompt as ``(text, is_special)`` pieces (made when first asked for)."""
+        return self._written.pieces()
 
 
 @dataclass(frozen=True)
@@ -252,17 +256,16 @@ def render_conversation(conversation: Conversation, options: RenderOptions) -> R
         writer.render_v32(messages)
     else:
         writer.render_v4(messages)
-    pieces = writer.out.pieces()
-    prompt = "".join(map(itemgetter(0), pieces))
+    prompt = writer.out.prompt()
     writer.check_read_backs(prompt)
     return RenderResult(
         prompt=prompt,
-        pieces=pieces,
         output_starts_in=writer.starts_in,
         stop=(EOS,),
         notes=tuple(notes),
         dialect=resolved.name,
         output_prefix=prompt[writer.prefix_start :] if writer.prefix_start >= 0 else "",
+        _written=writer.out,
     )
 
 
@@ -593,7 +596,7 @@ class _Writer:
         markup = self._markup
         written = markup.block(message.tool_calls)
         if written is not None:
-            self.out.extend(*written)
+            self.out.marked(written)
             return
         out = self.out
         start = out.length
@@ -653,7 +656,7 @@ class _Markup:
     invoke_close_bare: str  # an invoke without parameters: '">', then its closing tag
     block_close: str
     #: Calls blocks (None: a caller's text holds DSML) by names and arguments texts.
-    written: dict[tuple[tuple[str, str | None], ...], _Written | None] = field(default_factory=dict)
+    written: dict[tuple[tuple[str, str | None], ...], str | None] = field(default_factory=dict)
 
     def invoke_texts(self, call: HistoryCall) -> list[str]:
         """One call's invoke: template markup (even items) and the caller's name, keys and
@@ -679,10 +682,10 @@ class _Markup:
         texts.append(self.invoke_close)
         return texts
 
-    def block(self, calls: Sequence[HistoryCall]) -> _Written | None:
-        """A calls block's pieces and length; None when a caller's text in it holds DSML.
+    def block(self, calls: Sequence[HistoryCall]) -> str | None:
+        """A calls block's text; None when a caller's text in it holds DSML.
 
-        Split at the markup's markers: no caller's text holds one. The same names and
+        Every marker in it is the markup's: no caller's text holds one. The same names and
         arguments texts always give the same block, so calls read from text reuse the block
         written for an earlier request's copy of them.
         """
@@ -691,7 +694,7 @@ class _Markup:
             return self.written[key]
         except KeyError:
             pass
-        written: _Written | None = None
+        written: str | None = None
         invokes: list[str] = []
         for call in calls:
             texts = self.invoke_texts(call)
@@ -702,20 +705,13 @@ class _Markup:
                 break
             invokes.append(text)
         else:
-            block = self.block_open + "\n".join(invokes) + self.block_close
-            out = PromptBuilder()
-            out.between(MARKER, block.split(MARKER))
-            written = (out.pieces(), len(block))
+            written = self.block_open + "\n".join(invokes) + self.block_close
         sources = [call.arguments_text for call in calls if call.arguments_text is not None]
         if len(sources) == len(calls) and sum(map(len, sources)) <= _REUSE_MAX_CHARS:
             if len(self.written) >= _REUSE_LIMIT:
                 self.written.clear()
             self.written[key] = written
         return written
-
-
-#: A written calls block: its pieces and its length.
-_Written = tuple[tuple[Piece, ...], int]
 
 
 @lru_cache(maxsize=64)
