@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeAlias
 
 from dsmlkit.errors import InvalidRequest
+from dsmlkit.render.cache import RenderCache
 from dsmlkit.render.templates import TASK_TOKENS
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "latest_reminder"]
@@ -283,13 +284,16 @@ class Conversation:
 
 
 def build_conversation(
-    messages: Any, tools: Any = None, response_format: Any = None
+    messages: Any,
+    tools: Any = None,
+    response_format: Any = None,
+    cache: RenderCache | None = None,
 ) -> Conversation:
     """Read a conversation in canonical form (an OpenAI chat body's ``messages``, ``tools``
-    and ``response_format``) and check it."""
+    and ``response_format``) and check it; ``cache`` keeps the messages read."""
     notes: list[str] = []
     return conversation(
-        read_messages(messages, notes),
+        read_messages(messages, notes, cache),
         read_tools(tools, "tools"),
         read_response_format(response_format, "response_format"),
         notes,
@@ -470,61 +474,32 @@ class _OpenCalls:
 # --- the canonical form --------------------------------------------------------------
 
 
-def read_messages(messages: Any, notes: list[str]) -> list[Message]:
+def read_messages(
+    messages: Any, notes: list[str], cache: RenderCache | None = None
+) -> list[Message]:
     """Messages in canonical form, checked; notes are appended to ``notes``.
 
-    A message of a common shape that an earlier request sent at the same place is the
-    message read then (see :class:`_KeptMessages`).
+    With a ``cache``, a message of a common shape that an earlier request sent at the same
+    place is the message read then (see :func:`_message_key`), and what is read is kept.
     """
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("expected a non-empty list of messages", "messages")
+    if cache is None:
+        return [_message(raw, f"messages[{index}]", notes) for index, raw in enumerate(messages)]
     read = []
     for index, raw in enumerate(messages):
         where = f"messages[{index}]"
         shape = _message_key(raw, where)
-        message = _KEPT.get(shape[0]) if shape is not None else None
+        message = cache.message(shape[0]) if shape is not None else None
         if message is None:
             noted = len(notes)
             message = _message(raw, where, notes)
             if shape is not None and len(notes) == noted:
-                _KEPT.keep(*shape, message)
+                cache.keep_message(*shape, message)
         read.append(message)
     return read
 
 
-class _KeptMessages:
-    """Messages read before, by everything they were read from (see :func:`_message_key`).
-
-    An agent sends its whole history with every request; a message read from the same
-    strings at the same place reads the same, so it is read once. Bounded by the
-    characters the keys hold (8 million: some tens of MB); when full it starts again.
-    Messages are read-only, so requests can share them.
-    """
-
-    LIMIT = 8_000_000
-
-    def __init__(self) -> None:
-        self._messages: dict[tuple[Any, ...], Message] = {}
-        self._chars = 0
-
-    def get(self, key: tuple[Any, ...]) -> Message | None:
-        return self._messages.get(key)
-
-    def keep(self, key: tuple[Any, ...], chars: int, message: Message) -> None:
-        """Keep ``message`` read from ``key``, which holds ``chars`` characters."""
-        if self._chars + chars > self.LIMIT:
-            self.clear()
-            if chars > self.LIMIT:
-                return
-        self._messages[key] = message
-        self._chars += chars
-
-    def clear(self) -> None:
-        self._messages.clear()
-        self._chars = 0
-
-
-_KEPT = _KeptMessages()
 _CALL_KEYS = frozenset(("id", "type", "function"))
 _FUNCTION_KEYS = frozenset(("name", "arguments"))
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any, TypeVar
 
 from dsmlkit.dialects import (
     BOS,
     DEFAULT_DIALECT,
+    DIALECTS,
     EOS,
     MARKER,
     THINK_CLOSE,
@@ -34,6 +35,7 @@ from dsmlkit.dialects import get_dialect as _lookup_dialect
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.parse import StartIn, parse
 from dsmlkit.render.builder import Piece, PromptBuilder
+from dsmlkit.render.cache import RenderCache
 from dsmlkit.render.conversation import (
     Conversation,
     HistoryCall,
@@ -194,12 +196,14 @@ def render(
     tool_reference: str = "name",
     response_format: dict[str, Any] | None = None,
     template_variant: str | None = None,
+    cache: RenderCache | None = None,
 ) -> RenderResult:
     """Render OpenAI-style ``messages`` (and request ``tools``) into a DeepSeek prompt.
 
     A convenience over :func:`build_conversation`, :class:`RenderOptions` and
     :func:`render_conversation`; ``mode`` is ``"thinking"`` or ``"chat"``, the other
-    options are :class:`RenderOptions`'. Raises :class:`~dsmlkit.errors.InvalidRequest`
+    options are :class:`RenderOptions`'; ``cache`` keeps what may be reused by a later
+    request (none: nothing is kept). Raises :class:`~dsmlkit.errors.InvalidRequest`
     for any caller mistake.
     """
     options = RenderOptions(
@@ -214,11 +218,15 @@ def render(
         tool_reference=tool_reference,
         template_variant=template_variant,
     )
-    return render_conversation(build_conversation(messages, tools, response_format), options)
+    conversation = build_conversation(messages, tools, response_format, cache)
+    return render_conversation(conversation, options, cache)
 
 
-def render_conversation(conversation: Conversation, options: RenderOptions) -> RenderResult:
-    """Render a checked conversation with ``options`` into the exact DeepSeek prompt."""
+def render_conversation(
+    conversation: Conversation, options: RenderOptions, cache: RenderCache | None = None
+) -> RenderResult:
+    """Render a checked conversation with ``options`` into the exact DeepSeek prompt;
+    ``cache`` keeps the calls blocks written, for a later request (none: nothing kept)."""
     resolved = options.dialect
     messages = list(conversation.messages)
     continuing = options.continue_final_message or conversation.prefix is not None
@@ -249,7 +257,7 @@ def render_conversation(conversation: Conversation, options: RenderOptions) -> R
         tools_section=options.tools_section(),
         schema_references=options.tool_reference == "schema",
     )
-    writer = _Writer(settings, messages, notes)
+    writer = _Writer(settings, messages, notes, cache)
     if options.add_bos:
         writer.out.template(BOS)
     if resolved.layout == "v3.2":
@@ -319,9 +327,16 @@ def _check_dialect_support(conversation: Sequence[Message], dialect: Dialect) ->
 class _Writer:
     """Writes one conversation; holds the options, the output and the notes."""
 
-    def __init__(self, options: _Options, conversation: Sequence[Message], notes: list[str]):
+    def __init__(
+        self,
+        options: _Options,
+        conversation: Sequence[Message],
+        notes: list[str],
+        cache: RenderCache | None,
+    ):
         self.options = options
         self.notes = notes
+        self.cache = cache
         self.out = PromptBuilder()
         self.starts_in: StartIn = "content"
         #: Where the continued final message's answer text starts in the prompt (-1: none).
@@ -331,7 +346,8 @@ class _Writer:
         }
         self._closing_sequence = _closing_sequence_pattern(options.dialect)
         dialect = options.dialect
-        self._markup = _markup_of(dialect.block, dialect.invoke, dialect.parameter)
+        tags = (dialect.block, dialect.invoke, dialect.parameter)
+        self._markup = _MARKUPS.get(tags) or _markup_of(tags)
         self._read_backs: list[_ReadBack] = []
 
     # -- V3.2 ---------------------------------------------------------------------------
@@ -594,7 +610,7 @@ class _Writer:
         """The calls as one block, written in one go; written piece by piece (and read back)
         when a caller's text in it holds DSML."""
         markup = self._markup
-        written = markup.block(message.tool_calls)
+        written = markup.block(message.tool_calls, self.cache)
         if written is not None:
             self.out.marked(written)
             return
@@ -630,22 +646,17 @@ class _Writer:
             )
 
 
-#: How many calls blocks each dialect's markup keeps for reuse, and up to what length of
-#: arguments texts: some tens of MB at most; when full it starts again.
-_REUSE_LIMIT = 2048
-_REUSE_MAX_CHARS = 8192
-
-
 @dataclass(frozen=True, eq=False)
 class _Markup:
     """The tool-call markup strings of one dialect, around the caller's names and values.
 
     Markup that always stands together is one string (one write): the end of the invoke
     name with the first parameter's opening, a parameter's closing tag with the next one's
-    opening or with the invoke's closing tag. One value per dialect's tag names (see
-    :func:`_markup_of`), which keeps the calls blocks it wrote for reuse.
+    opening or with the invoke's closing tag. Made once per dialect's tag names (``tags``,
+    see :func:`_markup_of`).
     """
 
+    tags: tuple[str, str, str]
     block_open: str
     invoke_open: str
     first_parameter_open: str  # '">' ending the invoke name, then the parameter opening
@@ -655,8 +666,6 @@ class _Markup:
     invoke_close: str  # the last parameter's closing tag, then the invoke's
     invoke_close_bare: str  # an invoke without parameters: '">', then its closing tag
     block_close: str
-    #: Calls blocks (None: a caller's text holds DSML) by names and arguments texts.
-    written: dict[tuple[tuple[str, str | None], ...], str | None] = field(default_factory=dict)
 
     def invoke_texts(self, call: HistoryCall) -> list[str]:
         """One call's invoke: template markup (even items) and the caller's name, keys and
@@ -682,19 +691,20 @@ class _Markup:
         texts.append(self.invoke_close)
         return texts
 
-    def block(self, calls: Sequence[HistoryCall]) -> str | None:
+    def block(self, calls: Sequence[HistoryCall], cache: RenderCache | None) -> str | None:
         """A calls block's text; None when a caller's text in it holds DSML.
 
         Every marker in it is the markup's: no caller's text holds one. The same names and
-        arguments texts always give the same block, so calls read from text reuse the block
-        written for an earlier request's copy of them.
+        arguments texts always give the same block, so with a ``cache`` calls read from text
+        reuse the block written for an earlier request's copy of them.
         """
-        key = tuple((call.name, call.arguments_text) for call in calls)
-        try:
-            return self.written[key]
-        except KeyError:
-            pass
-        written: str | None = None
+        sources = tuple(call.arguments_text for call in calls)
+        key = None
+        if cache is not None and None not in sources:
+            key = (self.tags, tuple(call.name for call in calls), sources)
+            kept = cache.block(key)
+            if kept is not None:
+                return kept
         invokes: list[str] = []
         for call in calls:
             texts = self.invoke_texts(call)
@@ -702,26 +712,23 @@ class _Markup:
             # The markup holds DSML 2k + 2 times for k parameters (len(texts) is 4k + 3);
             # any more are the caller's (no markup string starts or ends with part of it).
             if text.count("DSML") != len(texts) // 2 + 1:
-                break
+                return None
             invokes.append(text)
-        else:
-            written = self.block_open + "\n".join(invokes) + self.block_close
-        sources = [call.arguments_text for call in calls if call.arguments_text is not None]
-        if len(sources) == len(calls) and sum(map(len, sources)) <= _REUSE_MAX_CHARS:
-            if len(self.written) >= _REUSE_LIMIT:
-                self.written.clear()
-            self.written[key] = written
+        written = self.block_open + "\n".join(invokes) + self.block_close
+        if key is not None and cache is not None:
+            cache.keep_block(key, sum(len(text or "") for text in sources), written)
         return written
 
 
-@lru_cache(maxsize=64)
-def _markup_of(block: str, invoke: str, parameter: str) -> _Markup:
-    """The markup for a dialect's tag names."""
+def _markup_of(tags: tuple[str, str, str]) -> _Markup:
+    """The markup for a dialect's tag names (block, invoke, parameter)."""
+    block, invoke, parameter = tags
     invoke_open = f'<{MARKER}{invoke} name="'
     parameter_open = f'<{MARKER}{parameter} name="'
     parameter_close = f"</{MARKER}{parameter}>"
     invoke_close = f"\n</{MARKER}{invoke}>"
     return _Markup(
+        tags=tags,
         block_open=f"\n\n<{MARKER}{block}>\n",
         invoke_open=invoke_open,
         first_parameter_open='">\n' + parameter_open,
@@ -732,6 +739,12 @@ def _markup_of(block: str, invoke: str, parameter: str) -> _Markup:
         invoke_close_bare='">\n' + invoke_close,
         block_close=f"\n</{MARKER}{block}>",
     )
+
+
+#: The markup of the known dialects; another dialect's is made when it renders.
+_MARKUPS = {
+    tags: _markup_of(tags) for tags in {(d.block, d.invoke, d.parameter) for d in DIALECTS.values()}
+}
 
 
 def _merge_user_turns(conversation: Sequence[Message]) -> list[_UserTurn | Message]:
