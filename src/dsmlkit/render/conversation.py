@@ -67,6 +67,13 @@ _ENCODE = (
 
 def to_json(value: Any) -> str:
     """JSON as the reference encoders write it: ``json.dumps(value, ensure_ascii=False)``."""
+    kind = value.__class__
+    if kind is int:  # what json.dumps writes for the usual scalars
+        return int.__repr__(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
     if _ENCODE is None:
         return _JSON.encode(value)
     try:
@@ -677,23 +684,32 @@ def _history_calls(raw: Any, where: str, notes: list[str]) -> tuple[HistoryCall,
         raise InvalidRequest("tool_calls must be a list", f"{where}.tool_calls")
     calls = []
     for i, call in enumerate(raw):
-        call_where = f"{where}.tool_calls[{i}]"
+        # The usual call (a valid name, an id, an object's JSON text) builds no error path.
         is_object = call.__class__ is dict or isinstance(call, Mapping)
         function = call.get("function") if is_object else None
         if function.__class__ is not dict and not isinstance(function, Mapping):
             raise InvalidRequest(
-                'expected {"type": "function", "function": {"name", "arguments"}}', call_where
+                'expected {"type": "function", "function": {"name", "arguments"}}',
+                f"{where}.tool_calls[{i}]",
             )
         if call.get("type", "function") != "function":
             raise InvalidRequest(
-                f"unsupported tool call type {call.get('type')!r}", f"{call_where}.type"
+                f"unsupported tool call type {call.get('type')!r}", f"{where}.tool_calls[{i}].type"
             )
-        name = tool_name(function.get("name"), f"{call_where}.function.name")
-        arguments_where = f"{call_where}.function.arguments"
-        arguments = history_arguments(function.get("arguments"), arguments_where, notes)
-        call_id = _optional_str(call.get("id"), call_where, "id") or None
+        name = function.get("name")
+        if name.__class__ is not str or TOOL_NAME.fullmatch(name) is None:
+            name = tool_name(name, f"{where}.tool_calls[{i}].function.name")
         text = function.get("arguments")
-        calls.append(HistoryCall(call_id, name, arguments, text if isinstance(text, str) else None))
+        arguments: Mapping[str, Any] | None = _object_of(text)
+        if arguments is None:
+            arguments_where = f"{where}.tool_calls[{i}].function.arguments"
+            arguments = history_arguments(text, arguments_where, notes)
+        call_id = call.get("id")
+        if call_id.__class__ is not str:
+            call_id = _optional_str(call_id, f"{where}.tool_calls[{i}]", "id")
+        calls.append(
+            HistoryCall(call_id or None, name, arguments, text if isinstance(text, str) else None)
+        )
     return check_call_ids(calls, f"{where}.tool_calls")
 
 
@@ -712,14 +728,17 @@ def history_arguments(raw: Any, where: str, notes: list[str]) -> Mapping[str, An
     Anything else becomes one ``arguments`` parameter holding the raw value, as the V4.1
     reference encoder does, and is reported in ``notes``. Empty text means no arguments.
     """
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
+    read = _object_of(raw)
+    if read is not None:
+        return read
+    if raw is None or (isinstance(raw, str) and (not raw or raw.isspace())):
         return {}
-    value = raw
+    value: Any = raw
     for _ in range(2):
         if not isinstance(value, str):
             break
         try:
-            value = _loads(value)
+            value = json.loads(value)
         except ValueError:
             break
     if isinstance(value, dict):
@@ -735,17 +754,16 @@ def history_arguments(raw: Any, where: str, notes: list[str]) -> Mapping[str, An
 _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
-def _loads(text: str) -> Any:
-    """``json.loads(text)``; an object with nothing around it goes to the scanner directly."""
-    if text[:1] == "{":
-        try:
-            value, end = _SCAN(text, 0)
-        except (StopIteration, ValueError):
-            pass
-        else:
-            if end == len(text):
-                return value
-    return json.loads(text)
+def _object_of(text: Any) -> dict[str, Any] | None:
+    """The object that JSON text with nothing around it holds (the usual arguments), read
+    by json.loads's scanner directly; None for anything else."""
+    if text.__class__ is not str or text[:1] != "{":
+        return None
+    try:
+        value, end = _SCAN(text, 0)
+    except (StopIteration, ValueError):
+        return None
+    return value if end == len(text) and value.__class__ is dict else None
 
 
 def tool_name(name: Any, where: str) -> str:
