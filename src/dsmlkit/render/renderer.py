@@ -670,25 +670,27 @@ class _Markup:
     def invoke_texts(self, call: HistoryCall) -> list[str]:
         """One call's invoke: template markup (even items) and the caller's name, keys and
         values (odd items)."""
-        if not call.arguments:
+        arguments = call.arguments
+        if not arguments:
             return [self.invoke_open, call.name, self.invoke_close_bare]
-        string_value, json_value, next_open = (
+        next_open, string_value, json_value = (
+            self.next_parameter_open,
             self.string_value,
             self.json_value,
-            self.next_parameter_open,
         )
         texts = [self.invoke_open, call.name]
-        texts += [
-            text
-            for key, value in call.arguments.items()
-            for text in (
-                (next_open, key, string_value, value)
-                if isinstance(value, str)
-                else (next_open, key, json_value, to_json(value))
-            )
-        ]
+        append = texts.append  # appends one by one: no tuple made per parameter
+        for key, value in arguments.items():
+            append(next_open)
+            append(key)
+            if isinstance(value, str):
+                append(string_value)
+                append(value)
+            else:
+                append(json_value)
+                append(to_json(value))
         texts[2] = self.first_parameter_open
-        texts.append(self.invoke_close)
+        append(self.invoke_close)
         return texts
 
     def block(self, calls: Sequence[HistoryCall], cache: RenderCache | None) -> str | None:
