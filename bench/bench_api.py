@@ -14,10 +14,10 @@ fed ``InferenceChunk.text`` deltas, each chunk turned into JSON text with ``to_j
 SSE figures are the text the gateway writes, through the same calls (``data: …`` frames,
 Anthropic and Responses ones with their ``event: …`` line); the peer's are its ``to_json``
 strings, without framing. The render rows repeat one request, as an agent resends its
-history; the "nothing kept" rows time one request after dropping (untimed) the messages
-the reader and the calls blocks the renderer kept before (compared with the
-peer's same path). Prints figures;
-asserts nothing.
+history, with one ``RenderCache`` as the server keeps; the "nothing kept" rows give each
+request a fresh cache (the server meeting a new history) and the "no cache" rows none (the
+library's default), both compared with the peer's same path. Prints figures; asserts
+nothing.
 """
 
 from __future__ import annotations
@@ -46,9 +46,7 @@ from dsmlkit.api import (
 from dsmlkit.api.responses import ResponsesStream, parse_responses_request
 from dsmlkit.dialects import get_dialect
 from dsmlkit.parse import MessageCollector, StartIn
-from dsmlkit.render import render, render_conversation
-from dsmlkit.render.conversation import _KEPT
-from dsmlkit.render.renderer import _markup_of
+from dsmlkit.render import RenderCache, render, render_conversation
 from dsmlkit.render.tokens import (
     MissingTokenWarning,
     PromptTokenizer,
@@ -167,18 +165,10 @@ def responses_body(stream: bool, tools: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def cpu(
-    action: Callable[[], object],
-    repeats: int,
-    loops: int = 1,
-    setup: Callable[[], object] | None = None,
-) -> float:
-    """Best-of-``repeats`` CPU seconds of one ``action`` (averaged over ``loops`` calls);
-    ``setup`` runs before each repeat, untimed."""
+def cpu(action: Callable[[], object], repeats: int, loops: int = 1) -> float:
+    """Best-of-``repeats`` CPU seconds of one ``action`` (averaged over ``loops`` calls)."""
     best = float("inf")
     for _ in range(repeats):
-        if setup is not None:
-            setup()
         started = time.process_time()
         for _ in range(loops):
             action()
@@ -290,37 +280,43 @@ def whole_paths(case: dict[str, Any]) -> dict[str, Callable[[], object]]:
     }
 
 
-#: Our rows that compare with another row's peer figure: the same path with nothing kept
-#: from an earlier request (the reader keeps messages, the renderer calls blocks).
+#: Our rows that compare with another row's peer figure: the same path for a history
+#: nothing was kept from, with a fresh cache (as the server meets it) or with none.
 FIRST_SIGHT = {
     "render, nothing kept": "render (converted once)",
+    "render, no cache": "render (converted once)",
     "convert request + render, nothing kept": "convert request + render",
+    "convert request + render, no cache": "convert request + render",
 }
 
-
-def forget_kept() -> None:
-    """Drop what the reader (messages) and the renderer (calls blocks) kept before."""
-    _markup_of.cache_clear()  # the kept blocks go with the markup that keeps them
-    _KEPT.clear()
+#: The cache each call of a path gets.
+Kept = Callable[[], RenderCache | None]
 
 
 def render_paths(body_text: str) -> tuple[dict[str, Callable[[], object]], Any]:
-    req = parse_openai_request(json.loads(body_text))
+    cache = RenderCache()
+    req = parse_openai_request(json.loads(body_text), cache=cache)
 
-    def render_alone() -> Any:
-        return render_conversation(req.conversation, req.render)
+    def render_alone(kept: Kept) -> Callable[[], object]:
+        return lambda: render_conversation(req.conversation, req.render, kept())
 
-    def convert_render() -> Any:
-        converted = parse_openai_request(json.loads(body_text))
-        return render_conversation(converted.conversation, converted.render)
+    def convert_render(kept: Kept) -> Callable[[], object]:
+        def run() -> object:
+            fresh = kept()
+            converted = parse_openai_request(json.loads(body_text), cache=fresh)
+            return render_conversation(converted.conversation, converted.render, fresh)
+
+        return run
 
     paths = {
-        "render (converted once)": render_alone,
-        "convert request + render": convert_render,
-        "render, nothing kept": render_alone,
-        "convert request + render, nothing kept": convert_render,
+        "render (converted once)": render_alone(lambda: cache),
+        "convert request + render": convert_render(lambda: cache),
+        "render, nothing kept": render_alone(RenderCache),
+        "render, no cache": render_alone(lambda: None),
+        "convert request + render, nothing kept": convert_render(RenderCache),
+        "convert request + render, no cache": convert_render(lambda: None),
     }
-    return paths, render_alone()
+    return paths, render_conversation(req.conversation, req.render, cache)
 
 
 # --- deepseek-recipe -------------------------------------------------------------------
@@ -518,14 +514,7 @@ def measure_ours(
             label: cpu(action, repeats) for label, action in whole_paths(case).items()
         }
     paths, result = render_paths(render_body)
-    figures["render"] = {
-        label: (
-            cpu(action, repeats * 5, setup=forget_kept)  # one call after each forget
-            if label in FIRST_SIGHT
-            else cpu(action, repeats, loops=5)
-        )
-        for label, action in paths.items()
-    }
+    figures["render"] = {label: cpu(action, repeats, loops=5) for label, action in paths.items()}
     figures["render_prompt_chars"] = len(result.prompt)
     return figures
 

@@ -11,7 +11,9 @@ turns. It is rendered for V4.1 in thinking mode and tokenized with the bundled t
 encode_messages``, which uses the release effort table) and vLLM's tokenizer wrapper on the
 same conversation, in a subprocess with the peers venv's python (made by
 ``bash bench/peers/peers-install.sh``), and prints both side by side with whether the prompts
-and ids are identical. Figures are medians over the runs; CPU time is process CPU time.
+and ids are identical. Each run renders afresh (no cache, the library's default); one more
+line times the render of the same conversation sent again with a ``RenderCache`` kept, as
+the server keeps one. Figures are medians over the runs; CPU time is process CPU time.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dsmlkit.dialects import THINK_CLOSE
-from dsmlkit.render import RenderResult, render
+from dsmlkit.render import RenderCache, RenderResult, render
 from dsmlkit.render.tokens import MissingTokenWarning, PromptTokenizer, load_tokenizer
 
 TURNS = 200
@@ -227,6 +229,10 @@ def main() -> None:
     result, render_wall, render_cpu = timed(
         lambda: render(messages, tools, dialect="v4.1", mode="thinking"), args.runs
     )
+    cache = RenderCache()
+    _, kept_wall, kept_cpu = timed(
+        lambda: render(messages, tools, dialect="v4.1", mode="thinking", cache=cache), args.runs
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", MissingTokenWarning)  # <｜System｜> is not in V4's file
         ids, tokenize_wall, tokenize_cpu = timed(lambda: tokenizer.encode_prompt(result), args.runs)
@@ -254,6 +260,8 @@ def main() -> None:
             f"{wall * 1e3:8.2f} / {cpu * 1e3:8.2f}" for wall, cpu in (render_times, tokenize_times)
         ]
         print(f"{label:28}{cells[0]:>20}{cells[1]:>20}")
+    kept = f"{kept_wall * 1e3:8.2f} / {kept_cpu * 1e3:8.2f}"
+    print(f"{'dsmlkit, sent again (cache)':28}{kept:>20}")
     if args.peers:
         report_peer(peer, result, ids, tokenizer)
         wall_ratio, cpu_ratio = peer["render"][0] / render_wall, peer["render"][1] / render_cpu

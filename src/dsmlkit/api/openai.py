@@ -38,7 +38,7 @@ from dsmlkit.parse import (
     ToolCall,
     ToolCallStart,
 )
-from dsmlkit.render import RenderOptions, resolve_dialect
+from dsmlkit.render import RenderCache, RenderOptions, resolve_dialect
 from dsmlkit.render.conversation import (
     CHOICE_MODES,
     Conversation,
@@ -66,13 +66,15 @@ SAMPLING_NUMBERS = (
 # --- requests --------------------------------------------------------------------------
 
 
-def parse_openai_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT) -> ChatRequest:
+def parse_openai_request(
+    body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT, cache: RenderCache | None = None
+) -> ChatRequest:
     """Validate a Chat Completions body and convert it; raises :class:`InvalidRequest` (400).
 
     The messages, tools and response format are the canonical form, read by
-    :mod:`dsmlkit.render.conversation`, except that a ``developer`` message is OpenAI's
-    (instructions: a system message at its place); this reader adds the request's own
-    options.
+    :mod:`dsmlkit.render.conversation` (with ``cache``, messages read before are reused),
+    except that a ``developer`` message is OpenAI's (instructions: a system message at its
+    place); this reader adds the request's own options.
     """
     root = request_root(body)
     model = root["model"].nonempty_string()
@@ -81,7 +83,7 @@ def parse_openai_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT)
     thinking, effort = _thinking(root, resolved, notes)
     note_ignored(root, IGNORED_FIELDS, notes)
     conversation = finish_conversation(
-        [as_instruction(message) for message in read_messages(body.get("messages"), notes)],
+        [as_instruction(message) for message in read_messages(body.get("messages"), notes, cache)],
         read_tools(body.get("tools"), "tools"),
         read_response_format(body.get("response_format"), "response_format"),
         notes,

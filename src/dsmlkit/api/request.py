@@ -11,7 +11,7 @@ from dsmlkit.api.openai import parse_openai_request
 from dsmlkit.api.responses import parse_responses_request, read_responses_tools
 from dsmlkit.api.seal import Sealer
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
-from dsmlkit.render import resolve_dialect
+from dsmlkit.render import RenderCache, resolve_dialect
 from dsmlkit.render.conversation import read_tools, unique_tools
 
 
@@ -21,16 +21,18 @@ def parse_request(
     *,
     dialect: str | Dialect = DEFAULT_DIALECT,
     sealer: Sealer | None = None,
+    cache: RenderCache | None = None,
 ) -> ChatRequest:
     """Read a Chat Completions, Messages or Responses body; raises ``InvalidRequest``.
 
-    ``sealer`` opens sealed reasoning in a Responses body (the other APIs have none).
+    ``sealer`` opens sealed reasoning in a Responses body (the other APIs have none);
+    ``cache`` keeps the messages a Chat Completions body's reader read, for reuse.
     """
     if api == "responses":
         return parse_responses_request(body, dialect=dialect, sealer=sealer)
     if api == "anthropic":
         return parse_anthropic_request(body, dialect=dialect)
-    return parse_openai_request(body, dialect=dialect)
+    return parse_openai_request(body, dialect=dialect, cache=cache)
 
 
 def parse_options(

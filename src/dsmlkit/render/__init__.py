@@ -9,6 +9,7 @@
 """
 
 from dsmlkit.dialects import EffortTable
+from dsmlkit.render.cache import RenderCache
 from dsmlkit.render.conversation import Conversation, build_conversation
 from dsmlkit.render.renderer import (
     MODES,
@@ -26,6 +27,7 @@ __all__ = [
     "TOOL_REFERENCE_MODES",
     "Conversation",
     "EffortTable",
+    "RenderCache",
     "RenderOptions",
     "RenderResult",
     "build_conversation",

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeAlias
 
 from dsmlkit.errors import InvalidRequest
+from dsmlkit.render.cache import RenderCache
 from dsmlkit.render.templates import TASK_TOKENS
 
 Role = Literal["system", "developer", "user", "assistant", "tool", "latest_reminder"]
@@ -66,6 +67,13 @@ _ENCODE = (
 
 def to_json(value: Any) -> str:
     """JSON as the reference encoders write it: ``json.dumps(value, ensure_ascii=False)``."""
+    kind = value.__class__
+    if kind is int:  # what json.dumps writes for the usual scalars
+        return int.__repr__(value)
+    if kind is bool:
+        return "true" if value else "false"
+    if value is None:
+        return "null"
     if _ENCODE is None:
         return _JSON.encode(value)
     try:
@@ -283,13 +291,16 @@ class Conversation:
 
 
 def build_conversation(
-    messages: Any, tools: Any = None, response_format: Any = None
+    messages: Any,
+    tools: Any = None,
+    response_format: Any = None,
+    cache: RenderCache | None = None,
 ) -> Conversation:
     """Read a conversation in canonical form (an OpenAI chat body's ``messages``, ``tools``
-    and ``response_format``) and check it."""
+    and ``response_format``) and check it; ``cache`` keeps the messages read."""
     notes: list[str] = []
     return conversation(
-        read_messages(messages, notes),
+        read_messages(messages, notes, cache),
         read_tools(tools, "tools"),
         read_response_format(response_format, "response_format"),
         notes,
@@ -470,61 +481,32 @@ class _OpenCalls:
 # --- the canonical form --------------------------------------------------------------
 
 
-def read_messages(messages: Any, notes: list[str]) -> list[Message]:
+def read_messages(
+    messages: Any, notes: list[str], cache: RenderCache | None = None
+) -> list[Message]:
     """Messages in canonical form, checked; notes are appended to ``notes``.
 
-    A message of a common shape that an earlier request sent at the same place is the
-    message read then (see :class:`_KeptMessages`).
+    With a ``cache``, a message of a common shape that an earlier request sent at the same
+    place is the message read then (see :func:`_message_key`), and what is read is kept.
     """
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("expected a non-empty list of messages", "messages")
+    if cache is None:
+        return [_message(raw, f"messages[{index}]", notes) for index, raw in enumerate(messages)]
     read = []
     for index, raw in enumerate(messages):
         where = f"messages[{index}]"
         shape = _message_key(raw, where)
-        message = _KEPT.get(shape[0]) if shape is not None else None
+        message = cache.message(shape[0]) if shape is not None else None
         if message is None:
             noted = len(notes)
             message = _message(raw, where, notes)
             if shape is not None and len(notes) == noted:
-                _KEPT.keep(*shape, message)
+                cache.keep_message(*shape, message)
         read.append(message)
     return read
 
 
-class _KeptMessages:
-    """Messages read before, by everything they were read from (see :func:`_message_key`).
-
-    An agent sends its whole history with every request; a message read from the same
-    strings at the same place reads the same, so it is read once. Bounded by the
-    characters the keys hold (8 million: some tens of MB); when full it starts again.
-    Messages are read-only, so requests can share them.
-    """
-
-    LIMIT = 8_000_000
-
-    def __init__(self) -> None:
-        self._messages: dict[tuple[Any, ...], Message] = {}
-        self._chars = 0
-
-    def get(self, key: tuple[Any, ...]) -> Message | None:
-        return self._messages.get(key)
-
-    def keep(self, key: tuple[Any, ...], chars: int, message: Message) -> None:
-        """Keep ``message`` read from ``key``, which holds ``chars`` characters."""
-        if self._chars + chars > self.LIMIT:
-            self.clear()
-            if chars > self.LIMIT:
-                return
-        self._messages[key] = message
-        self._chars += chars
-
-    def clear(self) -> None:
-        self._messages.clear()
-        self._chars = 0
-
-
-_KEPT = _KeptMessages()
 _CALL_KEYS = frozenset(("id", "type", "function"))
 _FUNCTION_KEYS = frozenset(("name", "arguments"))
 
@@ -702,23 +684,32 @@ def _history_calls(raw: Any, where: str, notes: list[str]) -> tuple[HistoryCall,
         raise InvalidRequest("tool_calls must be a list", f"{where}.tool_calls")
     calls = []
     for i, call in enumerate(raw):
-        call_where = f"{where}.tool_calls[{i}]"
+        # The usual call (a valid name, an id, an object's JSON text) builds no error path.
         is_object = call.__class__ is dict or isinstance(call, Mapping)
         function = call.get("function") if is_object else None
         if function.__class__ is not dict and not isinstance(function, Mapping):
             raise InvalidRequest(
-                'expected {"type": "function", "function": {"name", "arguments"}}', call_where
+                'expected {"type": "function", "function": {"name", "arguments"}}',
+                f"{where}.tool_calls[{i}]",
             )
         if call.get("type", "function") != "function":
             raise InvalidRequest(
-                f"unsupported tool call type {call.get('type')!r}", f"{call_where}.type"
+                f"unsupported tool call type {call.get('type')!r}", f"{where}.tool_calls[{i}].type"
             )
-        name = tool_name(function.get("name"), f"{call_where}.function.name")
-        arguments_where = f"{call_where}.function.arguments"
-        arguments = history_arguments(function.get("arguments"), arguments_where, notes)
-        call_id = _optional_str(call.get("id"), call_where, "id") or None
+        name = function.get("name")
+        if name.__class__ is not str or TOOL_NAME.fullmatch(name) is None:
+            name = tool_name(name, f"{where}.tool_calls[{i}].function.name")
         text = function.get("arguments")
-        calls.append(HistoryCall(call_id, name, arguments, text if isinstance(text, str) else None))
+        arguments: Mapping[str, Any] | None = _object_of(text)
+        if arguments is None:
+            arguments_where = f"{where}.tool_calls[{i}].function.arguments"
+            arguments = history_arguments(text, arguments_where, notes)
+        call_id = call.get("id")
+        if call_id.__class__ is not str:
+            call_id = _optional_str(call_id, f"{where}.tool_calls[{i}]", "id")
+        calls.append(
+            HistoryCall(call_id or None, name, arguments, text if isinstance(text, str) else None)
+        )
     return check_call_ids(calls, f"{where}.tool_calls")
 
 
@@ -737,14 +728,17 @@ def history_arguments(raw: Any, where: str, notes: list[str]) -> Mapping[str, An
     Anything else becomes one ``arguments`` parameter holding the raw value, as the V4.1
     reference encoder does, and is reported in ``notes``. Empty text means no arguments.
     """
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
+    read = _object_of(raw)
+    if read is not None:
+        return read
+    if raw is None or (isinstance(raw, str) and (not raw or raw.isspace())):
         return {}
-    value = raw
+    value: Any = raw
     for _ in range(2):
         if not isinstance(value, str):
             break
         try:
-            value = _loads(value)
+            value = json.loads(value)
         except ValueError:
             break
     if isinstance(value, dict):
@@ -760,17 +754,16 @@ def history_arguments(raw: Any, where: str, notes: list[str]) -> Mapping[str, An
 _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
-def _loads(text: str) -> Any:
-    """``json.loads(text)``; an object with nothing around it goes to the scanner directly."""
-    if text[:1] == "{":
-        try:
-            value, end = _SCAN(text, 0)
-        except (StopIteration, ValueError):
-            pass
-        else:
-            if end == len(text):
-                return value
-    return json.loads(text)
+def _object_of(text: Any) -> dict[str, Any] | None:
+    """The object that JSON text with nothing around it holds (the usual arguments), read
+    by json.loads's scanner directly; None for anything else."""
+    if text.__class__ is not str or text[:1] != "{":
+        return None
+    try:
+        value, end = _SCAN(text, 0)
+    except (StopIteration, ValueError):
+        return None
+    return value if end == len(text) and value.__class__ is dict else None
 
 
 def tool_name(name: Any, where: str) -> str:

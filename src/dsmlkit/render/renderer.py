@@ -18,13 +18,13 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
-from operator import itemgetter
+from functools import cached_property
 from typing import Any, TypeVar
 
 from dsmlkit.dialects import (
     BOS,
     DEFAULT_DIALECT,
+    DIALECTS,
     EOS,
     MARKER,
     THINK_CLOSE,
@@ -35,6 +35,7 @@ from dsmlkit.dialects import get_dialect as _lookup_dialect
 from dsmlkit.errors import CallerError, InvalidRequest
 from dsmlkit.parse import StartIn, parse
 from dsmlkit.render.builder import Piece, PromptBuilder
+from dsmlkit.render.cache import RenderCache
 from dsmlkit.render.conversation import (
     Conversation,
     HistoryCall,
@@ -78,12 +79,17 @@ class RenderResult:
     """
 
     prompt: str
-    pieces: tuple[Piece, ...]
     output_starts_in: StartIn
     stop: tuple[str, ...]
     notes: tuple[str, ...]
     dialect: str
     output_prefix: str = ""
+    _written: PromptBuilder = field(default_factory=PromptBuilder, repr=False, compare=False)
+
+    @cached_property
+    def pieces(self) -> tuple[Piece, ...]:
+        """The prompt as ``(text, is_special)`` pieces (made when first asked for)."""
+        return self._written.pieces()
 
 
 @dataclass(frozen=True)
@@ -190,12 +196,14 @@ def render(
     tool_reference: str = "name",
     response_format: dict[str, Any] | None = None,
     template_variant: str | None = None,
+    cache: RenderCache | None = None,
 ) -> RenderResult:
     """Render OpenAI-style ``messages`` (and request ``tools``) into a DeepSeek prompt.
 
     A convenience over :func:`build_conversation`, :class:`RenderOptions` and
     :func:`render_conversation`; ``mode`` is ``"thinking"`` or ``"chat"``, the other
-    options are :class:`RenderOptions`'. Raises :class:`~dsmlkit.errors.InvalidRequest`
+    options are :class:`RenderOptions`'; ``cache`` keeps what may be reused by a later
+    request (none: nothing is kept). Raises :class:`~dsmlkit.errors.InvalidRequest`
     for any caller mistake.
     """
     options = RenderOptions(
@@ -210,11 +218,15 @@ def render(
         tool_reference=tool_reference,
         template_variant=template_variant,
     )
-    return render_conversation(build_conversation(messages, tools, response_format), options)
+    conversation = build_conversation(messages, tools, response_format, cache)
+    return render_conversation(conversation, options, cache)
 
 
-def render_conversation(conversation: Conversation, options: RenderOptions) -> RenderResult:
-    """Render a checked conversation with ``options`` into the exact DeepSeek prompt."""
+def render_conversation(
+    conversation: Conversation, options: RenderOptions, cache: RenderCache | None = None
+) -> RenderResult:
+    """Render a checked conversation with ``options`` into the exact DeepSeek prompt;
+    ``cache`` keeps the calls blocks written, for a later request (none: nothing kept)."""
     resolved = options.dialect
     messages = list(conversation.messages)
     continuing = options.continue_final_message or conversation.prefix is not None
@@ -245,24 +257,23 @@ def render_conversation(conversation: Conversation, options: RenderOptions) -> R
         tools_section=options.tools_section(),
         schema_references=options.tool_reference == "schema",
     )
-    writer = _Writer(settings, messages, notes)
+    writer = _Writer(settings, messages, notes, cache)
     if options.add_bos:
         writer.out.template(BOS)
     if resolved.layout == "v3.2":
         writer.render_v32(messages)
     else:
         writer.render_v4(messages)
-    pieces = writer.out.pieces()
-    prompt = "".join(map(itemgetter(0), pieces))
+    prompt = writer.out.prompt()
     writer.check_read_backs(prompt)
     return RenderResult(
         prompt=prompt,
-        pieces=pieces,
         output_starts_in=writer.starts_in,
         stop=(EOS,),
         notes=tuple(notes),
         dialect=resolved.name,
         output_prefix=prompt[writer.prefix_start :] if writer.prefix_start >= 0 else "",
+        _written=writer.out,
     )
 
 
@@ -316,9 +327,16 @@ def _check_dialect_support(conversation: Sequence[Message], dialect: Dialect) ->
 class _Writer:
     """Writes one conversation; holds the options, the output and the notes."""
 
-    def __init__(self, options: _Options, conversation: Sequence[Message], notes: list[str]):
+    def __init__(
+        self,
+        options: _Options,
+        conversation: Sequence[Message],
+        notes: list[str],
+        cache: RenderCache | None,
+    ):
         self.options = options
         self.notes = notes
+        self.cache = cache
         self.out = PromptBuilder()
         self.starts_in: StartIn = "content"
         #: Where the continued final message's answer text starts in the prompt (-1: none).
@@ -328,7 +346,8 @@ class _Writer:
         }
         self._closing_sequence = _closing_sequence_pattern(options.dialect)
         dialect = options.dialect
-        self._markup = _markup_of(dialect.block, dialect.invoke, dialect.parameter)
+        tags = (dialect.block, dialect.invoke, dialect.parameter)
+        self._markup = _MARKUPS.get(tags) or _markup_of(tags)
         self._read_backs: list[_ReadBack] = []
 
     # -- V3.2 ---------------------------------------------------------------------------
@@ -591,9 +610,9 @@ class _Writer:
         """The calls as one block, written in one go; written piece by piece (and read back)
         when a caller's text in it holds DSML."""
         markup = self._markup
-        written = markup.block(message.tool_calls)
+        written = markup.block(message.tool_calls, self.cache)
         if written is not None:
-            self.out.extend(*written)
+            self.out.marked(written)
             return
         out = self.out
         start = out.length
@@ -627,22 +646,17 @@ class _Writer:
             )
 
 
-#: How many calls blocks each dialect's markup keeps for reuse, and up to what length of
-#: arguments texts: some tens of MB at most; when full it starts again.
-_REUSE_LIMIT = 2048
-_REUSE_MAX_CHARS = 8192
-
-
 @dataclass(frozen=True, eq=False)
 class _Markup:
     """The tool-call markup strings of one dialect, around the caller's names and values.
 
     Markup that always stands together is one string (one write): the end of the invoke
     name with the first parameter's opening, a parameter's closing tag with the next one's
-    opening or with the invoke's closing tag. One value per dialect's tag names (see
-    :func:`_markup_of`), which keeps the calls blocks it wrote for reuse.
+    opening or with the invoke's closing tag. Made once per dialect's tag names (``tags``,
+    see :func:`_markup_of`).
     """
 
+    tags: tuple[str, str, str]
     block_open: str
     invoke_open: str
     first_parameter_open: str  # '">' ending the invoke name, then the parameter opening
@@ -652,46 +666,47 @@ class _Markup:
     invoke_close: str  # the last parameter's closing tag, then the invoke's
     invoke_close_bare: str  # an invoke without parameters: '">', then its closing tag
     block_close: str
-    #: Calls blocks (None: a caller's text holds DSML) by names and arguments texts.
-    written: dict[tuple[tuple[str, str | None], ...], _Written | None] = field(default_factory=dict)
 
     def invoke_texts(self, call: HistoryCall) -> list[str]:
         """One call's invoke: template markup (even items) and the caller's name, keys and
         values (odd items)."""
-        if not call.arguments:
+        arguments = call.arguments
+        if not arguments:
             return [self.invoke_open, call.name, self.invoke_close_bare]
-        string_value, json_value, next_open = (
+        next_open, string_value, json_value = (
+            self.next_parameter_open,
             self.string_value,
             self.json_value,
-            self.next_parameter_open,
         )
         texts = [self.invoke_open, call.name]
-        texts += [
-            text
-            for key, value in call.arguments.items()
-            for text in (
-                (next_open, key, string_value, value)
-                if isinstance(value, str)
-                else (next_open, key, json_value, to_json(value))
-            )
-        ]
+        append = texts.append  # appends one by one: no tuple made per parameter
+        for key, value in arguments.items():
+            append(next_open)
+            append(key)
+            if isinstance(value, str):
+                append(string_value)
+                append(value)
+            else:
+                append(json_value)
+                append(to_json(value))
         texts[2] = self.first_parameter_open
-        texts.append(self.invoke_close)
+        append(self.invoke_close)
         return texts
 
-    def block(self, calls: Sequence[HistoryCall]) -> _Written | None:
-        """A calls block's pieces and length; None when a caller's text in it holds DSML.
+    def block(self, calls: Sequence[HistoryCall], cache: RenderCache | None) -> str | None:
+        """A calls block's text; None when a caller's text in it holds DSML.
 
-        Split at the markup's markers: no caller's text holds one. The same names and
-        arguments texts always give the same block, so calls read from text reuse the block
-        written for an earlier request's copy of them.
+        Every marker in it is the markup's: no caller's text holds one. The same names and
+        arguments texts always give the same block, so with a ``cache`` calls read from text
+        reuse the block written for an earlier request's copy of them.
         """
-        key = tuple((call.name, call.arguments_text) for call in calls)
-        try:
-            return self.written[key]
-        except KeyError:
-            pass
-        written: _Written | None = None
+        sources = tuple(call.arguments_text for call in calls)
+        key = None
+        if cache is not None and None not in sources:
+            key = (self.tags, tuple(call.name for call in calls), sources)
+            kept = cache.block(key)
+            if kept is not None:
+                return kept
         invokes: list[str] = []
         for call in calls:
             texts = self.invoke_texts(call)
@@ -699,33 +714,23 @@ class _Markup:
             # The markup holds DSML 2k + 2 times for k parameters (len(texts) is 4k + 3);
             # any more are the caller's (no markup string starts or ends with part of it).
             if text.count("DSML") != len(texts) // 2 + 1:
-                break
+                return None
             invokes.append(text)
-        else:
-            block = self.block_open + "\n".join(invokes) + self.block_close
-            out = PromptBuilder()
-            out.between(MARKER, block.split(MARKER))
-            written = (out.pieces(), len(block))
-        sources = [call.arguments_text for call in calls if call.arguments_text is not None]
-        if len(sources) == len(calls) and sum(map(len, sources)) <= _REUSE_MAX_CHARS:
-            if len(self.written) >= _REUSE_LIMIT:
-                self.written.clear()
-            self.written[key] = written
+        written = self.block_open + "\n".join(invokes) + self.block_close
+        if key is not None and cache is not None:
+            cache.keep_block(key, sum(len(text or "") for text in sources), written)
         return written
 
 
-#: A written calls block: its pieces and its length.
-_Written = tuple[tuple[Piece, ...], int]
-
-
-@lru_cache(maxsize=64)
-def _markup_of(block: str, invoke: str, parameter: str) -> _Markup:
-    """The markup for a dialect's tag names."""
+def _markup_of(tags: tuple[str, str, str]) -> _Markup:
+    """The markup for a dialect's tag names (block, invoke, parameter)."""
+    block, invoke, parameter = tags
     invoke_open = f'<{MARKER}{invoke} name="'
     parameter_open = f'<{MARKER}{parameter} name="'
     parameter_close = f"</{MARKER}{parameter}>"
     invoke_close = f"\n</{MARKER}{invoke}>"
     return _Markup(
+        tags=tags,
         block_open=f"\n\n<{MARKER}{block}>\n",
         invoke_open=invoke_open,
         first_parameter_open='">\n' + parameter_open,
@@ -736,6 +741,12 @@ def _markup_of(block: str, invoke: str, parameter: str) -> _Markup:
         invoke_close_bare='">\n' + invoke_close,
         block_close=f"\n</{MARKER}{block}>",
     )
+
+
+#: The markup of the known dialects; another dialect's is made when it renders.
+_MARKUPS = {
+    tags: _markup_of(tags) for tags in {(d.block, d.invoke, d.parameter) for d in DIALECTS.values()}
+}
 
 
 def _merge_user_turns(conversation: Sequence[Message]) -> list[_UserTurn | Message]:

@@ -43,7 +43,6 @@ from dsmlkit.api import (
     to_openai_chat_body,
 )
 from dsmlkit.api.common import Api
-from dsmlkit.api.seal import Sealer
 from dsmlkit.errors import ApiError, UpstreamError
 from dsmlkit.parse import Diagnostic, Event, MessageCollector, OutputEnd
 from dsmlkit.server.apis import (
@@ -186,7 +185,7 @@ async def _gateway(request: Request, api: Api) -> Response:
     if model.config.upstream_api == "completions":
         plan = await _completions_plan(state, model, api, body, key[0], record)
     else:
-        plan = await anyio.to_thread.run_sync(_chat_plan, model, api, body, state.keys)
+        plan = await anyio.to_thread.run_sync(_chat_plan, state, model, api, body)
     req = plan.req
     record.stream, record.model, record.parsed = req.stream, model.name, True
     record.prompt_tokens = plan.prompt_tokens
@@ -341,8 +340,10 @@ def _length_of(
     return first_tokens + len(prompt[len(first) :].encode())
 
 
-def _chat_plan(model: ServedModel, api: Api, body: Any, sealer: Sealer) -> _Plan:
-    req = parse_request(api, body, dialect=model.dialect, sealer=sealer)
+def _chat_plan(state: ServerState, model: ServedModel, api: Api, body: Any) -> _Plan:
+    req = parse_request(
+        api, body, dialect=model.dialect, sealer=state.keys, cache=state.render_cache
+    )
     upstream_body = dict(body) if api == "openai" else to_openai_chat_body(req)
     upstream_body.update(stream=True, stream_options={"include_usage": True})
     if model.engine_model is not None:

@@ -96,8 +96,9 @@ def prepare(state: ServerState, api: Api, body: Any) -> Prepared:
     CPU-bound: routes run it in a worker thread.
     """
     model = model_of(state, body)
-    req = parse_request(api, body, dialect=model.dialect, sealer=state.keys)
-    result = render_conversation(req.conversation, req.render)
+    cache = state.render_cache
+    req = parse_request(api, body, dialect=model.dialect, sealer=state.keys, cache=cache)
+    result = render_conversation(req.conversation, req.render, cache)
     clamp = state.config.max_tokens_policy == "clamp"
     return Prepared(model, req, result, model.plan.encode(result), clamp)
 

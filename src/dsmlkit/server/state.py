@@ -14,6 +14,7 @@ import httpx
 from starlette.requests import Request
 
 from dsmlkit.errors import ApiError, InvalidRequest, UpstreamError, install_hint
+from dsmlkit.render import RenderCache
 from dsmlkit.render.tokens import PromptTokenizer, TokenizerNotInstalled, load_tokenizer
 from dsmlkit.server.config import NO_TOKENIZER, ModelConfig, ServerConfig
 from dsmlkit.server.engine import EngineStatus, TokenPlan, read_engine
@@ -125,6 +126,9 @@ class ServerState:
     draining: bool = False
     _streams: set[anyio.CancelScope] = field(default_factory=set)
     _upstream: UpstreamClient | None = None
+    #: Messages read and calls blocks written for earlier requests (an agent resends its
+    #: history): one per process, shared by every model and request.
+    render_cache: RenderCache = field(default_factory=RenderCache)
     #: The reasoning round trip, on the ``--state`` store (opened with the state).
     reasoning: ReasoningMemory = field(init=False)
     #: Seals the reasoning of Responses answers (``encrypted_content``) and signs Anthropic
