@@ -68,6 +68,8 @@ LITELLM_VENV = ROOT / ".peers-litellm"
 LITELLM_KEY = "sk-bench-" + os.urandom(16).hex()
 HOLD_INTERVAL, HOLD_CHUNKS, HOLD_WORKERS = 0.5, 10, 2
 USAGE = {"include_usage": True}
+#: The engine's listen backlog: the gateway opens a connection per stream, all at once.
+BACKLOG = 2048
 
 Job = tuple[str, dict[str, Any], str]  # url, body, request key ("Stream 12")
 
@@ -136,9 +138,9 @@ def serve_engine(
     engine = BenchEngine()
     engine.on_chunk = on_chunk
     sock = listening_socket("127.0.0.1", port)
-    sock.listen(2048)
+    sock.listen(BACKLOG)
     if kind == "raw":
-        RawEngine(engine).run(sock)
+        RawEngine(engine).run(sock, BACKLOG)
     else:
         serve_asgi(engine.app, sock)
     Path(timings_path).write_text(json.dumps(sent))
@@ -149,7 +151,7 @@ def serve_asgi(app: Any, sock: Any) -> None:
     import uvicorn
 
     config = uvicorn.Config(
-        app, interface="asgi3", log_level="warning", access_log=False, backlog=2048
+        app, interface="asgi3", log_level="warning", access_log=False, backlog=BACKLOG
     )
     server = uvicorn.Server(config)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # for sigwait, in every thread

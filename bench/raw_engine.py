@@ -46,13 +46,14 @@ class RawEngine:
         self.engine = engine
         self.chunks = 0  # SSE events sent, [DONE] not counted
 
-    def run(self, sock: socket.socket) -> None:
-        asyncio.run(self._serve(sock))
+    def run(self, sock: socket.socket, backlog: int) -> None:
+        asyncio.run(self._serve(sock, backlog))
 
-    async def _serve(self, sock: socket.socket) -> None:
+    async def _serve(self, sock: socket.socket, backlog: int) -> None:
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        server = await asyncio.start_server(self._connection, sock=sock)
+        # asyncio listens again on the socket, with its own default backlog (100) unless told
+        server = await asyncio.start_server(self._connection, sock=sock, backlog=backlog)
         async with server:
             await stop.wait()
 
