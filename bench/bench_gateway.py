@@ -14,8 +14,10 @@ process and its children, so ``--workers`` and LiteLLM's workers count).
 Phases, each a fixed amount of work (the script stops by itself and prints its figures):
 
 * stream: ``--streams`` concurrent streams, ``--requests`` requests of 110 engine chunks
-  (a thinking-mode V4.1 answer with one streamed tool call), one chunk every ``--interval``;
-  gateway CPU per client chunk, latency p50/p99 and what the gateway adds;
+  (``--sizes``; a thinking-mode V4.1 answer with one streamed tool call), one chunk every
+  ``--interval``; gateway CPU per client chunk, latency p50/p99, the first chunk's p50 and
+  what the gateway adds; with the raw engine, its own CPU per chunk in the same phase and
+  the gateway's CPU per engine chunk beside it (``--requests`` = ``--streams``: one burst);
 * small: ``--small`` requests one after another (one user turn, five chunks at once);
   gateway CPU per request: setup, render, tokenize, the upstream request, five chunks;
 * together: ``--together`` small requests sent at the same moment, several rounds; the
