@@ -1,7 +1,9 @@
-"""Gateway benchmark: concurrent streams through ``dsmlkit serve`` against the fake engine.
+"""Gateway benchmark: concurrent streams through ``dsmlkit serve`` against a test engine.
 
-Processes on loopback: the fake engine (tests/server/fake_engine.py, in a subprocess of this
-script), the gateway (``python -m dsmlkit serve --upstream …``), with ``--peers`` the LiteLLM
+Processes on loopback: the engine (``--engine raw``, the default: bench/raw_engine.py, SSE
+written on raw asyncio, which reports its own CPU per chunk; ``--engine asgi``: the fake
+engine of tests/server/fake_engine.py under uvicorn), in a subprocess of this script, the
+gateway (``python -m dsmlkit serve --upstream …``), with ``--peers`` the LiteLLM
 proxy in front of the same engine, and the clients (here, asyncio + httpx). Every engine
 chunk that carries visible text is tagged ``~NNNN``; the engine notes when it sends each
 tag, the client when it receives the event holding it, so each chunk's engine→client
@@ -12,8 +14,10 @@ process and its children, so ``--workers`` and LiteLLM's workers count).
 Phases, each a fixed amount of work (the script stops by itself and prints its figures):
 
 * stream: ``--streams`` concurrent streams, ``--requests`` requests of 110 engine chunks
-  (a thinking-mode V4.1 answer with one streamed tool call), one chunk every ``--interval``;
-  gateway CPU per client chunk, latency p50/p99 and what the gateway adds;
+  (``--sizes``; a thinking-mode V4.1 answer with one streamed tool call), one chunk every
+  ``--interval``; gateway CPU per client chunk, latency p50/p99, the first chunk's p50 and
+  what the gateway adds; with the raw engine, its own CPU per chunk in the same phase and
+  the gateway's CPU per engine chunk beside it (``--requests`` = ``--streams``: one burst);
 * small: ``--small`` requests one after another (one user turn, five chunks at once);
   gateway CPU per request: setup, render, tokenize, the upstream request, five chunks;
 * together: ``--together`` small requests sent at the same moment, several rounds; the
@@ -29,6 +33,7 @@ Phases, each a fixed amount of work (the script stops by itself and prints its f
 
     python bench/bench_gateway.py                 # OpenAI API
     python bench/bench_gateway.py --api anthropic
+    python bench/bench_gateway.py --upstream-api chat  # the gateway in front of a chat API
     python bench/bench_gateway.py --peers         # also the LiteLLM proxy (scratch venv)
     python bench/bench_gateway.py --profile /tmp/gw  # py-spy stacks of each gateway
 """
@@ -70,6 +75,9 @@ LITELLM_VENV = ROOT / ".peers-litellm"
 #: The proxy's master key; every client sends it (the open dsmlkit gateway ignores it).
 LITELLM_KEY = "sk-bench-" + os.urandom(16).hex()
 HOLD_INTERVAL, HOLD_CHUNKS, HOLD_WORKERS = 0.5, 10, 2
+USAGE = {"include_usage": True}
+#: The engine's listen backlog: the gateway opens a connection per stream, all at once.
+BACKLOG = 2048
 
 Job = tuple[str, dict[str, Any], str]  # url, body, request key ("Stream 12")
 
@@ -135,12 +143,14 @@ def agent_output(step: int) -> str:
 # --- the engine subprocess ----------------------------------------------------------------
 
 
-def serve_engine(port: int, timings_path: str, interval: float, sizes: list[int]) -> None:
-    """Run the fake engine until SIGTERM, then write when it sent each tag."""
-    import uvicorn
+def serve_engine(
+    port: int, timings_path: str, interval: float, sizes: list[int], kind: str
+) -> None:
+    """Run the engine until SIGTERM, then write when it sent each tag."""
     from tests.server.fake_engine import FakeEngine, Reply
 
     from dsmlkit.cli.serve_cmd import listening_socket
+    from raw_engine import RawEngine
 
     replies = {
         "Stream": Reply(pieces=reply_pieces(*sizes), interval=interval),
@@ -168,12 +178,15 @@ def serve_engine(port: int, timings_path: str, interval: float, sizes: list[int]
                 return replies[kind]
             prompt = prompt_text(request)
             agent[id(request)] = [key, prompt, ""]
-            return Reply(text=agent_output(prompt.count(EDITED)))
+            output = agent_output(prompt.count(EDITED))  # streamed as pieces by either engine
+            return Reply(pieces=tuple(output[i : i + 8] for i in range(0, len(output), 8)))
 
     def on_chunk(request: dict[str, Any], chunk: dict[str, Any]) -> None:
         now = time.monotonic()
         for choice in chunk["choices"]:
-            text = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+            delta = choice.get("delta") or {}
+            text = choice.get("text") or delta.get("content") or delta.get("reasoning_content")
+            text = text or ""
             if id(request) in agent:
                 agent[id(request)][2] += text
             sent.extend((key_of(request)[1], int(tag), now) for tag in TAG.findall(text))
@@ -181,9 +194,20 @@ def serve_engine(port: int, timings_path: str, interval: float, sizes: list[int]
     engine = BenchEngine()
     engine.on_chunk = on_chunk
     sock = listening_socket("127.0.0.1", port)
-    sock.listen(2048)
+    sock.listen(BACKLOG)
+    if kind == "raw":
+        RawEngine(engine).run(sock, BACKLOG)
+    else:
+        serve_asgi(engine.app, sock)
+    Path(timings_path).write_text(json.dumps({"sent": sent, "agent": list(agent.values())}))
+
+
+def serve_asgi(app: Any, sock: Any) -> None:
+    """Serve an ASGI app with uvicorn until SIGTERM."""
+    import uvicorn
+
     config = uvicorn.Config(
-        engine.app, interface="asgi3", log_level="warning", access_log=False, backlog=2048
+        app, interface="asgi3", log_level="warning", access_log=False, backlog=BACKLOG
     )
     server = uvicorn.Server(config)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # for sigwait, in every thread
@@ -192,7 +216,6 @@ def serve_engine(port: int, timings_path: str, interval: float, sizes: list[int]
     signal.sigwait({signal.SIGTERM})
     server.should_exit = True
     thread.join()
-    Path(timings_path).write_text(json.dumps({"sent": sent, "agent": list(agent.values())}))
 
 
 # --- the client side ----------------------------------------------------------------------
@@ -345,6 +368,15 @@ def request_body(api: str, kind: str, number: int) -> dict[str, Any]:
     }
 
 
+async def engine_stats(client: httpx.AsyncClient, engine_url: str) -> tuple[float, int] | None:
+    """The raw engine's CPU seconds and chunks sent so far (None: the engine does not say)."""
+    response = await client.get(engine_url + "/stats")
+    if response.status_code != 200:
+        return None
+    stats = response.json()
+    return float(stats["cpu"]), int(stats["chunks"])
+
+
 def uptime() -> str:
     return "load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -373,9 +405,12 @@ class Numbers:
         return range(self.next - count, self.next)
 
 
-def start_gateway(port: int, engine_url: str, workers: int) -> subprocess.Popen[bytes]:
+def start_gateway(
+    port: int, engine_url: str, workers: int, upstream_api: str
+) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "dsmlkit", "serve", "--port", str(port)]
-    command += ["--upstream", engine_url, "--workers", str(workers), "--log-level", "warning"]
+    command += ["--upstream", engine_url, "--upstream-api", upstream_api]
+    command += ["--workers", str(workers), "--log-level", "warning"]
     if workers > 1:  # workers share state through a file (memory is one process's own)
         command += ["--state", f"sqlite:{tempfile.gettempdir()}/bench-gateway-{port}.db"]
     # the per-request log lines are written, then dropped
@@ -420,6 +455,19 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=64)
     parser.add_argument("--requests", type=int, default=256)
     parser.add_argument("--api", choices=("openai", "anthropic"), default="openai")
+    parser.add_argument(
+        "--engine",
+        choices=("raw", "asgi"),
+        default="raw",
+        help="raw: SSE on raw asyncio, reporting its own CPU per chunk; asgi: the fake "
+        "engine of the tests under uvicorn",
+    )
+    parser.add_argument(
+        "--upstream-api",
+        choices=("completions", "chat"),
+        default="completions",
+        help="the gateway's --upstream-api (the direct baseline goes to the same route)",
+    )
     parser.add_argument("--interval", type=float, default=0.02, help="engine seconds per chunk")
     parser.add_argument(
         "--sizes",
@@ -447,7 +495,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.serve_engine:
-        serve_engine(int(args.serve_engine[0]), args.serve_engine[1], args.interval, args.sizes)
+        port, path = int(args.serve_engine[0]), args.serve_engine[1]
+        serve_engine(port, path, args.interval, args.sizes, args.engine)
         return
     asyncio.run(benchmark(args))
 
@@ -461,11 +510,12 @@ async def benchmark(args: argparse.Namespace) -> None:
     engine = subprocess.Popen(
         [
             *(sys.executable, __file__, "--serve-engine", str(ports["engine"]), str(timings)),
-            *("--interval", str(args.interval), "--sizes", *sizes),
+            *("--interval", str(args.interval), "--sizes", *sizes, "--engine", args.engine),
         ],
         cwd=ROOT,
     )
-    processes = [engine, start_gateway(ports["gateway"], urls["engine"], args.workers)]
+    gateway = start_gateway(ports["gateway"], urls["engine"], args.workers, args.upstream_api)
+    processes = [engine, gateway]
     if args.peers:
         processes.append(start_litellm(ports["litellm"], urls["engine"], workdir))
     route = "/v1/chat/completions" if args.api == "openai" else "/v1/messages"
@@ -482,6 +532,12 @@ async def benchmark(args: argparse.Namespace) -> None:
 
             async def render(kind: str, numbers_: range) -> None:
                 for number in numbers_:
+                    if args.upstream_api == "chat":  # the gateway's body, as it sends it
+                        chat_body = request_body("openai", kind, number)
+                        chat_body.update(model="deepseek-v4.1", stream_options=USAGE)
+                        url = urls["engine"] + "/v1/chat/completions"
+                        rendered[kind, number] = url, chat_body, f"{kind} {number}"
+                        continue
                     body = request_body(args.api, kind, number)
                     url = urls["gateway"] + route + "/render"
                     shown = (await client.post(url, json=body)).json()
@@ -491,7 +547,7 @@ async def benchmark(args: argparse.Namespace) -> None:
                         "model": "deepseek-v4.1",
                         "prompt": prompt,
                         "stream": True,
-                        "stream_options": {"include_usage": True},
+                        "stream_options": USAGE,
                         **shown["sampling_params"],
                     }
                     if ids is None:
@@ -515,7 +571,7 @@ async def benchmark(args: argparse.Namespace) -> None:
             if args.peers:
                 targets.append(Target("LiteLLM proxy", processes[2].pid, through(urls["litellm"])))
             for target in targets:
-                await measure(client, target, args, numbers, render, engine.pid)
+                await measure(client, target, args, numbers, render, urls["engine"])
             if args.agents:
                 await agent_conversations(client, args, numbers, urls["gateway"] + route)
             hold = None
@@ -539,7 +595,7 @@ async def measure(
     args: argparse.Namespace,
     numbers: Numbers,
     render: Callable[[str, range], Any],
-    engine_pid: int,
+    engine_url: str,
 ) -> None:
     """The stream, small and together phases against one target."""
     direct = target.name == "direct to engine"
@@ -556,9 +612,13 @@ async def measure(
     stream_jobs = await jobs("Stream", args.requests)
     profile = None if direct or args.profile is None else f"{args.profile}.{target.pid}"
     profiler = start_profiler(profile and profile + ".stream", target.pid)
-    before = cpu_seconds(target.pid)
+    before, engine_before = cpu_seconds(target.pid), await engine_stats(client, engine_url)
     stream = await run_load(client, stream_jobs, args.streams)
     target.figures["stream_cpu"] = cpu_seconds(target.pid) - before
+    engine_after = await engine_stats(client, engine_url)
+    if engine_before is not None and engine_after is not None:  # (CPU s, chunks) in the phase
+        (cpu_0, chunks_0), (cpu_1, chunks_1) = engine_before, engine_after
+        target.figures["engine"] = cpu_1 - cpu_0, chunks_1 - chunks_0
     stop_profiler(profiler)
     target.figures.update(stream=stream, load=f"{load_before} → {uptime()}")
     small_jobs = await jobs("Small", args.small)
@@ -687,7 +747,7 @@ async def hold_streams(
     ports: dict[str, int],
 ) -> tuple[Load, float, str]:
     """``--hold`` streams at once through a gateway with ``--workers 2``."""
-    gateway = start_gateway(ports["hold"], urls["engine"], HOLD_WORKERS)
+    gateway = start_gateway(ports["hold"], urls["engine"], HOLD_WORKERS, args.upstream_api)
     try:
         wait_until_up(urls["hold"] + "/health", gateway)
         route = "/v1/chat/completions" if args.api == "openai" else "/v1/messages"
@@ -716,7 +776,8 @@ def report(
     print(
         f"gateway benchmark ({args.api} API, streamed): {args.streams} concurrent streams, "
         f"{args.requests} requests of {engine_chunks} engine chunks, one every "
-        f"{args.interval * 1000:g} ms; gateway --workers {args.workers}"
+        f"{args.interval * 1000:g} ms; gateway --workers {args.workers} --upstream-api "
+        f"{args.upstream_api}; {args.engine} engine"
     )
     base: dict[str, float] = {}
     for target in targets:
@@ -725,12 +786,14 @@ def report(
         ms = [(at - sent[key, tag]) * 1000 for key, tag, at in stream.arrivals]
         p50, p99 = statistics.median(ms), percentile(ms, 0.99)
         spread = f["spread"] * 1000
+        first = statistics.median(stream.first_chunk) * 1000
         if not base:
-            base = {"p50": p50, "p99": p99, "spread": spread}
+            base = {"p50": p50, "p99": p99, "spread": spread, "first": first}
         print(f"  {target.name}  ({f['load']})")
         print(
             f"    stream  : {stream.events / stream.wall:7.0f} chunks/s, latency p50 {p50:6.2f} "
-            f"ms p99 {p99:7.2f} ms; {stream.completed}/{args.requests} streams complete"
+            f"ms p99 {p99:7.2f} ms, first chunk p50 {first:.1f} ms; "
+            f"{stream.completed}/{args.requests} streams complete"
             + (f", lost: {stream.lost[:3]}" if stream.lost else "")
         )
         if target is not targets[0]:
@@ -738,13 +801,27 @@ def report(
             per_chunk = f["stream_cpu"] / stream.events * 1e6
             print(
                 f"    added   : p50 {p50 - base['p50']:.2f} ms, p99 {p99 - base['p99']:.2f} ms "
-                f"per chunk; CPU {per_chunk:.0f} us per client chunk "
-                f"({stream.events} chunks, {f['stream_cpu']:.2f} s)"
+                f"per chunk, first chunk p50 {first - base['first']:+.1f} ms; CPU "
+                f"{per_chunk:.0f} us per client chunk ({stream.events} chunks, "
+                f"{f['stream_cpu']:.2f} s)"
             )
             print(
                 f"    small   : {f['small_cpu'] / args.small * 1000:.2f} ms CPU per request "
                 f"(setup, render, tokenize, upstream request, 5 chunks); first chunk p50 "
                 f"{statistics.median(small.first_chunk) * 1000:.2f} ms"
+            )
+        if "engine" in f:
+            engine_cpu, engine_chunks = f["engine"]
+            engine_per_chunk = engine_cpu / engine_chunks * 1e6
+            print(
+                f"    engine  : CPU {engine_per_chunk:.0f} us per engine chunk ({engine_chunks} "
+                f"chunks, {engine_cpu:.2f} s)"
+                + (
+                    ""
+                    if target is targets[0]
+                    else f"; {target.name} {f['stream_cpu'] / engine_chunks * 1e6:.0f} us per "
+                    f"engine chunk, {f['stream_cpu'] / engine_cpu:.1f}x the engine's"
+                )
             )
         lost = f.get("together_lost") or []
         over = (

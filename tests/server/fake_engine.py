@@ -139,7 +139,7 @@ class FakeEngine:
         if route == ("GET", "/health"):
             await _send_json(send, 200, {})
         elif route == ("GET", "/v1/models"):
-            await _send_json(send, 200, self._models())
+            await _send_json(send, 200, self.models())
         elif route == ("POST", "/tokenize"):
             await self._tokenize(send, json.loads(body))
         elif route in (("POST", "/v1/completions"), ("POST", "/v1/chat/completions")):
@@ -147,7 +147,8 @@ class FakeEngine:
         else:
             await _send_error(send, 404, f"no route {scope['path']}", "NotFoundError")
 
-    def _models(self) -> dict[str, Any]:
+    def models(self) -> dict[str, Any]:
+        """The ``GET /v1/models`` listing: every served name with ``max_model_len``."""
         cards = [
             {
                 "id": name,
