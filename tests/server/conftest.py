@@ -119,6 +119,15 @@ def start_gateway(
         yield start
 
 
+def gateway_for_mode(mode: str, start_gateway: Callable[..., str], engine: FakeEngine) -> Gateway:
+    """The gateway of an upstream ``mode``: ``completions`` (text prompts) or ``chat`` (the
+    engine then serves the one model ``m``, as a hosted endpoint would)."""
+    if mode == "chat":
+        engine.served = ("m",)
+        return Gateway(start_gateway(upstream_api="chat"), engine)
+    return Gateway(start_gateway(upstream_api="completions", tokenizer="none"), engine)
+
+
 @pytest.fixture
 def completions_gateway(start_gateway: Callable[..., str], engine: FakeEngine) -> Gateway:
     return Gateway(start_gateway(upstream_api="completions"), engine)

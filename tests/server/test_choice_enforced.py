@@ -18,7 +18,7 @@ import pytest
 from dsmlkit.dialects import V4_1
 from dsmlkit.server.reqlog import FIELDS
 from tests.helpers import write_block
-from tests.server.conftest import Gateway
+from tests.server.conftest import Gateway, gateway_for_mode
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.sdk import Answer, ask
 from tests.server.test_forced_calls import BOTH_ANTHROPIC, BOTH_TOOLS
@@ -40,10 +40,7 @@ def gateway(
     request: pytest.FixtureRequest, start_gateway: Callable[..., str], engine: FakeEngine
 ) -> Gateway:
     """The gateway of the test's ``mode``: completions (text prompts) or chat."""
-    if request.param == "chat":
-        engine.served = ("m",)
-        return Gateway(start_gateway(upstream_api="chat"), engine)
-    return Gateway(start_gateway(upstream_api="completions", tokenizer="none"), engine)
+    return gateway_for_mode(request.param, start_gateway, engine)
 
 
 def choice(api: str, kind: str) -> dict[str, Any]:

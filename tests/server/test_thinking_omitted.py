@@ -10,7 +10,7 @@ from typing import Any, cast
 import pytest
 from anthropic.types import Message, ToolParam
 
-from tests.server.conftest import Gateway
+from tests.server.conftest import Gateway, gateway_for_mode
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.test_reasoning_roundtrip import ANTHROPIC_TOOLS, CALL_TEXT, REASONING
 
@@ -26,10 +26,7 @@ QUESTION = {"role": "user", "content": "Weather in Paris?"}
 def gateway(
     request: pytest.FixtureRequest, start_gateway: Callable[..., str], engine: FakeEngine
 ) -> Gateway:
-    if request.param == "chat":
-        engine.served = ("m",)
-        return Gateway(start_gateway(upstream_api="chat"), engine)
-    return Gateway(start_gateway(upstream_api="completions", tokenizer="none"), engine)
+    return gateway_for_mode(request.param, start_gateway, engine)
 
 
 def chat_mode(gateway: Gateway) -> bool:
