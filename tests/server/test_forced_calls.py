@@ -3,6 +3,7 @@ parallel_tool_calls false, in completions and chat upstream modes, streamed and 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from dsmlkit.dialects import EOS, V4_1, Dialect
 from dsmlkit.render.tokens import load_tokenizer
+from dsmlkit.server.reqlog import FIELDS
 from tests.helpers import ALL_DIALECTS, write_block, write_invoke
 from tests.server.conftest import Gateway
 from tests.server.fake_engine import FakeEngine, Reply
@@ -267,6 +269,27 @@ def test_a_400_to_a_forced_choice_in_thinking_mode_retries_with_auto(
     assert retried["tool_choice"] == "auto"
     names = [tool["function"]["name"] for tool in retried["tools"]]
     assert names == (["get_weather"] if choice == "named" else ["get_weather", "get_time"])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_the_log_line_of_a_fallback_counts_it_beside_the_answers_diagnostics(
+    chat_gateway: Gateway, stream: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    chat_gateway.engine.push(
+        Reply(status=400),
+        Reply(reasoning="Weather.", tool_calls=(UPSTREAM_CALL,), finish_reason="tool_calls"),
+    )
+    with caplog.at_level("INFO", logger="dsmlkit.server.access"):
+        ask(chat_gateway, "openai", stream, thinking=True, **forced("openai", "required"))
+        deadline = time.monotonic() + 2
+        while not _access_lines(caplog) and time.monotonic() < deadline:
+            time.sleep(0.01)  # the line is written after the last byte
+    (line,) = _access_lines(caplog)
+    assert line["diagnostics"]["tool_choice_fallback"] == 1
+
+
+def _access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    return [getattr(r, FIELDS) for r in caplog.records if r.name == "dsmlkit.server.access"]
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])

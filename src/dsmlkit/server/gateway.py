@@ -234,7 +234,7 @@ async def _gateway(request: Request, api: Api) -> Response:
         finally:
             await _finish_upstream(calls, record)
         msg = collector.message()
-        record.diagnostics = _kinds(response_diagnostics(msg, req))
+        record.diagnostics |= _kinds(response_diagnostics(msg, req))  # see _kinds
         return build_response(
             msg,
             req.api,
@@ -509,7 +509,7 @@ async def _stream_body(
         if frames.response is not None:
             await keep(frames.response)
         yield "".join(finished)
-        record.diagnostics = _kinds(frames.diagnostics)
+        record.diagnostics |= _kinds(frames.diagnostics)  # see _kinds
     except UpstreamError as exc:
         err = upstream_api_error(exc)
         record.fail(err.type, err.message)
@@ -580,6 +580,9 @@ def _noted(record: RequestRecord, events: list[Event]) -> list[Event]:
 
 
 def _kinds(diagnostics: tuple[Diagnostic, ...]) -> Counter[str]:
+    """The kinds of an answer's final diagnostics: its events' (which :func:`_noted`
+    counted already, so they are merged by maximum, not added) and tool_choice's report.
+    Counts kept only on the record (``tool_choice_fallback``) stay."""
     return Counter(d.kind for d in diagnostics)
 
 
