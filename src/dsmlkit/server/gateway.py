@@ -194,7 +194,7 @@ async def _gateway(request: Request, api: Api) -> Response:
     notes = _clamp_note(plan, model, record)
     calls = _Upstream(upstream, endpoint, key, stream)
     outcome = _Outcome()
-    events = _events(calls, plan, record, outcome, state.reasoning, Conversation(api, body))
+    events = _events(calls, plan, record, outcome, state.reasoning, restored.conversation)
     response_id = new_response_id(api)
     created = int(time.time())
     sign_thinking = partial(state.reasoning.signer.sign, model=req.model)

@@ -26,7 +26,6 @@ failure is logged and ``/ready`` reports the store (``check``).
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections import Counter
 from collections.abc import Iterable
@@ -34,7 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dsmlkit.api.common import Api
-from dsmlkit.api.seal import SealError
 from dsmlkit.parse import ContentDelta, Event, ReasoningDelta, ToolCallEnd
 from dsmlkit.server.model_turns import (
     Conversation,
@@ -65,16 +63,8 @@ class ThinkingSigner:
 
     def verify(self, thinking: object, signature: object, model: object) -> bool:
         """True when ``signature`` is ours, for ``model``, for exactly this ``thinking``."""
-        if not (isinstance(thinking, str) and isinstance(signature, str)):
-            return False
-        if not isinstance(model, str):
-            return False
-        try:
-            signed = self.ring.open(signature, model, "thinking")
-        except SealError:
-            return False
-        encoding = ("utf-8", "surrogatepass")
-        return hmac.compare_digest(signed.encode(*encoding), thinking.encode(*encoding))
+        signed = self.ring.try_open(signature, model, "thinking")
+        return signed is not None and signed == thinking  # the text is authenticated, not secret
 
 
 @dataclass(frozen=True)
@@ -91,6 +81,9 @@ class Restored:
     """What :meth:`ReasoningMemory.restore` did to a body."""
 
     body: Any
+    #: The conversation's digests, for short call ids: the same for the body as sent and as
+    #: restored (roles, texts and call ids do not change), so one serves the whole request.
+    conversation: Conversation
     #: Assistant turns whose dropped reasoning was put back.
     reasoning: int = 0
     #: What the client really changed in the model's turns (used as sent): ``call``,
@@ -118,10 +111,6 @@ class AnswerTracker:
                 self._content.append(event.text)
             elif isinstance(event, ToolCallEnd):
                 self._calls.append(event)
-
-    @property
-    def call_ids(self) -> list[str]:
-        return [call.id for call in self._calls]
 
     @property
     def reasoning(self) -> str:
@@ -180,14 +169,14 @@ class ReasoningMemory:
         Responses body (its reasoning restored by :func:`.response_store.with_history`)
         gets the model's arguments in its ``function_call`` items.
         """
+        conversation = Conversation(api, body)
         if api == "responses":
-            return await self._restore_items(body)
+            return await self._restore_items(body, conversation)
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(messages, list):
-            return Restored(body)
+            return Restored(body, conversation)
         model = body.get("model")
         turns = _tool_turns(api, messages, model, self.signer)
-        conversation = Conversation(api, body)
         keys = {
             (turn.index, i): key
             for turn in turns
@@ -195,7 +184,7 @@ class ReasoningMemory:
             if (key := conversation.key(i, turn.index)) is not None
         }
         found, error = await self._calls(keys)
-        result = Restored(body, error=error)
+        result = Restored(body, conversation, error=error)
         if not found:
             return result
         restored = list(messages)
@@ -210,11 +199,11 @@ class ReasoningMemory:
         result.body = {**body, "messages": restored}
         return result
 
-    async def _restore_items(self, body: Any) -> Restored:
+    async def _restore_items(self, body: Any, conversation: Conversation) -> Restored:
         """A Responses body with the model's arguments in the ``function_call`` items."""
         items = body.get("input") if isinstance(body, dict) else None
         if not isinstance(items, list):
-            return Restored(body)
+            return Restored(body, conversation)
         keys = {
             index: key
             for index, item in enumerate(items)
@@ -224,7 +213,7 @@ class ReasoningMemory:
             and (key := key_of(item["call_id"])) is not None
         }
         found, error = await self._calls(keys)
-        result = Restored(body, error=error)
+        result = Restored(body, conversation, error=error)
         if found:
             restored = list(items)
             for index, call in found.items():

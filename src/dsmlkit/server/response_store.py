@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dsmlkit.api.seal import SealError
 from dsmlkit.errors import ApiError, InvalidRequest
 from dsmlkit.server.reasoning_store import ReasoningMemory
 from dsmlkit.server.sealing import KeyRing
@@ -150,7 +149,7 @@ async def _restore_reasoning(
     ids (in place of a reasoning item whose token does not open, else in front of the
     turn); ``sealed``: where the items whose token opens now are."""
     opens = {
-        index: _opens(keys, model, item)
+        index: keys.try_open(item["encrypted_content"], model) is not None
         for index, item in enumerate(items)
         if isinstance(item, dict) and item.get("type") == "reasoning"
         if "encrypted_content" in item
@@ -188,18 +187,6 @@ async def _restore_reasoning(
             sealed.append(len(restored))
         restored.append(replaced.get(index, item))
     return restored, len(inserted) + len(replaced), tuple(sealed), error
-
-
-def _opens(keys: KeyRing, model: object, item: dict[str, Any]) -> bool:
-    """Whether a reasoning item's ``encrypted_content`` opens here for ``model``."""
-    token = item["encrypted_content"]
-    if not isinstance(token, str) or not isinstance(model, str):
-        return False
-    try:
-        keys.open(token, model)
-    except SealError:
-        return False
-    return True
 
 
 def _assistant_turns(items: list[Any]) -> list[list[int]]:

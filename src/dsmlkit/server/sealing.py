@@ -112,6 +112,15 @@ class KeyRing:
         body = base64.urlsafe_b64encode(header + nonce + sealed).rstrip(b"=").decode()
         return PREFIXES[purpose] + body
 
+    def try_open(self, token: object, model: object, purpose: Purpose = "reasoning") -> str | None:
+        """:meth:`open`, or None for anything that does not open (not a string included)."""
+        if not (isinstance(token, str) and isinstance(model, str)):
+            return None
+        try:
+            return self.open(token, model, purpose)
+        except SealError:
+            return None
+
     def open(self, token: str, model: str, purpose: Purpose = "reasoning") -> str:
         """The text of a token this ring sealed for ``model`` and ``purpose``; raises
         :class:`SealError` otherwise (the size is checked before anything is decoded)."""
