@@ -133,6 +133,18 @@ def test_parse_jsonl_names_each_bad_line_and_exits_3(tmp_path: Path) -> None:
     ]
 
 
+def test_parse_jsonl_reports_a_line_that_is_not_utf8(tmp_path: Path) -> None:
+    batch = tmp_path / "batch.jsonl"
+    batch.write_bytes(b'{"text": "ok"}\n{"text": "\xff"}\n')
+    done = run_cli("parse", "--jsonl", str(batch))
+    assert done.returncode == EXIT_INPUT
+    results = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [result.get("line") for result in results] == [None, 2]
+    assert done.stderr.splitlines() == [
+        f"dsmlkit parse: {batch} line 2: not UTF-8: invalid start byte at byte 10"
+    ]
+
+
 @pytest.mark.parametrize(
     ("argv", "content", "message"),
     [

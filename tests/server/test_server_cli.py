@@ -118,6 +118,9 @@ def test_upstream_endpoint(upstream: str, api: Any, endpoint: str) -> None:
         (["serve", "--port", "99999"], "--port: 99999 is not a port (1-65535)"),
         (["serve", "--port", "0"], "--port: 0 is not a port (1-65535)"),
         (["serve", "--state-max-mb", "0"], "--state-max-mb: 0 must be positive"),
+        # positive, but under one byte: refused by the settings, named by the flag given
+        (["serve", "--state-max-mb", "0.0000001"], "--state-max-mb: must be positive"),
+        (["serve", "--max-body-mb", "0.0000001"], "--max-body-mb: must be positive"),
         (["serve", "--config", "x.toml", "--dialect", "v4"], "drop --dialect"),
     ],
 )

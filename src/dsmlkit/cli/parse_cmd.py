@@ -169,7 +169,11 @@ def _run_jsonl(out: BinaryIO, raw: bytes, args: argparse.Namespace, tools: Any) 
 
 def _line_json(raw_line: bytes) -> Any:
     try:
-        return json.loads(raw_line.decode("utf-8"))
+        text = raw_line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CallerError(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:  # its "line 1" would only confuse
         raise CallerError(f"not valid JSON: {exc.msg} at column {exc.colno}") from None
 

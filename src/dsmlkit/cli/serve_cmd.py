@@ -228,6 +228,19 @@ def _defaults_from_environment(parser: argparse.ArgumentParser) -> None:
         action.default = value
 
 
+def _setting_name(where: str | None) -> str:
+    """How the user set the ``ServerConfig`` field ``where``: its flag, or the variable of
+    a setting taken only from the environment (the prefix of an error message)."""
+    if where is None:
+        return ""
+    given = {
+        "max_body_bytes": "--max-body-mb",
+        "state_max_bytes": "--state-max-mb",
+        "state_secret": f"${STATE_SECRET_ENV}",
+    }
+    return given.get(where, "--" + where.replace("_", "-")) + ": "
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         import uvicorn  # noqa: F401
@@ -285,10 +298,7 @@ def run(args: argparse.Namespace) -> int:
             max_tokens_policy=args.max_tokens_policy,
         )
     except ConfigError as exc:
-        flag = f"--{exc.where.replace('_', '-')}: " if exc.where else ""
-        if exc.where == "state_secret":  # set only from the environment
-            flag = f"${STATE_SECRET_ENV}: "
-        return fail("serve", flag + exc.reason, EXIT_USAGE)
+        return fail("serve", _setting_name(exc.where) + exc.reason, EXIT_USAGE)
     try:
         metrics_dir = metrics_directory(args.workers)  # before any metric is made
     except ConfigError as exc:
