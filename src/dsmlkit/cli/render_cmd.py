@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
         output = _token_json(result, args.tokenizer) if args.tokens else result.prompt
     except UsageError as exc:
         return fail("render", str(exc), EXIT_USAGE)
-    except (InputFileError, DsmlkitError) as exc:
+    except DsmlkitError as exc:  # an InputFileError among them
         return fail("render", str(exc), EXIT_INPUT)
     sys.stdout.buffer.write(output.encode("utf-8"))
     sys.stdout.buffer.flush()

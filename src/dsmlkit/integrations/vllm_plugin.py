@@ -343,7 +343,7 @@ def _has_structured_outputs(request: _Request) -> bool:
     return getattr(request, "response_format", None) is not None
 
 
-#: The per-dialect classes vLLM constructs, by parser name, also bound here under their class
-#: names (``DsmlkitV41ToolParser``…), which :mod:`dsmlkit.integrations.vllm_entry` registers.
-TOOL_PARSERS = dialect_classes(DsmlkitToolParser, "ToolParser", globals())
-REASONING_PARSERS = dialect_classes(DsmlkitReasoningParser, "ReasoningParser", globals())
+# The per-dialect classes vLLM constructs, bound here under their class names
+# (``DsmlkitV41ToolParser``…), the names :mod:`dsmlkit.integrations.vllm_entry` registers.
+dialect_classes(DsmlkitToolParser, "ToolParser", globals())
+dialect_classes(DsmlkitReasoningParser, "ReasoningParser", globals())

@@ -21,7 +21,7 @@ from dsmlkit.errors import UpstreamError
 from dsmlkit.render import RenderResult
 from dsmlkit.render.templates import SPECIAL_TOKEN_PATTERN, SPECIAL_TOKENS
 from dsmlkit.render.tokens import PromptTokenizer
-from dsmlkit.server.config import ModelConfig
+from dsmlkit.server.config import ModelConfig, redacted
 from dsmlkit.server.upstream import UpstreamClient
 
 #: Text whose ids both tokenizers must agree on (plain words, digits, CJK, spaces).
@@ -64,7 +64,11 @@ async def read_engine(
     listing = await client.get_json(base + "/models", api_key)
     cards = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(cards, list):
-        raise UpstreamError("malformed", "the engine's /models did not list models")
+        raise UpstreamError(
+            "malformed",
+            "the engine's /v1/models did not list models",
+            url=redacted(base + "/models"),
+        )
     served = tuple(str(c["id"]) for c in cards if isinstance(c, dict) and "id" in c)
     name = engine_model if engine_model is not None else (served[0] if served else None)
     card = next((c for c in cards if isinstance(c, dict) and c.get("id") == name), {})
@@ -94,7 +98,11 @@ async def _engine_token_ids(
             raise
         tokens = answer.get("tokens") if isinstance(answer, dict) else None
         if not isinstance(tokens, list) or not all(isinstance(t, int) for t in tokens):
-            raise UpstreamError("malformed", "the engine's /tokenize did not answer with tokens")
+            raise UpstreamError(
+                "malformed",
+                "the engine's /tokenize did not answer with tokens",
+                url=redacted(root + "/tokenize"),
+            )
         ids[text] = tuple(tokens)
     return ids
 

@@ -267,7 +267,9 @@ class CallGate:
                 if event.finish_reason == "tool_calls" and not self.passed:
                     event = OutputEnd("stop")
             if isinstance(event, (ToolCallStart, ArgumentsDelta, ToolCallEnd)):
-                event = replace(event, index=self._passing[event.index])
+                index = self._passing[event.index]
+                if index != event.index:  # only after a call was held back
+                    event = replace(event, index=index)
             out.append(event)
         return out, False
 
