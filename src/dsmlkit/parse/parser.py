@@ -12,12 +12,14 @@ everything decided is consumed and turned into events at once.
 The machine is :class:`State` plus the handler of each state (``_handlers``); a handler
 reads from ``_pos``, emits events, moves ``_pos`` and may change state (every change goes
 through ``_go``, which raises on one missing from ``TRANSITIONS``). It returns False when it
-needs more text. What only one state needs lives in that state's object, None elsewhere:
-the open block (:class:`_Block`), a JSON body being read (:class:`_JsonBody`), a tentative
-block close and the text kept after it (:class:`_Tentative`), the reading again at the end
-(:class:`_Settling`); the call being built is the :class:`ArgumentsBuilder`. Where there is
-no tag or position to answer with, scanner and parser answer with a
-:class:`~dsmlkit.parse.scanner.Mark`.
+needs more text. Data that only some states need lives in objects of its own, set while
+they need it: the open block (:class:`_Block`, from its opener to its close, through
+``BLOCK``, ``INVOKE``, ``VALUE``, ``JSON_BODY`` and ``AFTER_BLOCK``), a JSON body being read
+(:class:`_JsonBody`), a tentative block close and the text kept after it
+(:class:`_Tentative`), and the reading again at the end (:class:`_Settling`, once set kept
+to the end); the call being built is the :class:`ArgumentsBuilder`. Where the scanner finds
+no tag it answers with a :class:`~dsmlkit.parse.scanner.Mark` (what to do next) rather than
+``None``.
 
 ::
 
@@ -33,8 +35,10 @@ no tag or position to answer with, scanner and parser answer with a
     after EOS: DONE
 
 AFTER_CALLS drops the whitespace after the calls unless text follows it. AFTER_BLOCK follows
-a tentative block close (below): it keeps the text until a new block opener that an invoke
-opener follows (the close stands, the kept text is read again as content) or ``close()``.
+a tentative block close (a parameter closer in ``VALUE`` whose followers reach the block
+closer: below): it keeps the text until a new block opener that an invoke opener follows
+(the close stands, the kept text is read again as content) or ``close()``. Once an EOS has
+been kept there, no later block opener counts: the output ended before it.
 
 The machine finds markup only; what a call's arguments are is the business of
 :class:`~dsmlkit.parse.arguments.ArgumentsBuilder`, which it feeds (parameter opened, value
@@ -209,7 +213,7 @@ class _Settling:
 
     def __init__(self, cut_off: bool) -> None:
         self.cut_off = cut_off
-        self.eos: int | Mark = _UNKNOWN  # where the output ends (its first EOS after the reader)
+        self.eos = -1  # where the output ends (its first EOS after the reader)
         self.last_text = 0  # end of the last non-whitespace character before ``eos``
         # Start of the closing sequence that ends there (NO_TAG: none does).
         self.sequence_start: int | Mark = _UNKNOWN
@@ -257,7 +261,7 @@ class Parser:
         self._literal_think = False  # a <think> in content was text: so is its </think>
         # Each state's own data: None outside the states it belongs to.
         self._open_block: _Block | None = None  # the open block
-        self._ended_block: _Block | None = None  # AFTER_CALLS: the block that just closed
+        self._after_block_close = False  # AFTER_CALLS: the block that just closed
         self._body: _JsonBody | None = None  # JSON_BODY
         self._tentative: _Tentative | None = None  # AFTER_BLOCK
         self._call: ArgumentsBuilder | None = None
@@ -271,8 +275,7 @@ class Parser:
         self._scanned_key = (0, False)  # never scanned in "": a scan starts at a '<'
         self._scanned: Tag | Mark = NO_TAG
         # The machine waits only for the end of ``_gap`` characters of trailing whitespace.
-        self._waiting_on_gap = False
-        self._gap = 0
+        self._gap: int | None = None
         self._engine_finish: str | None = None
         self._handlers = (
             self._text,
@@ -306,7 +309,7 @@ class Parser:
             if state == _TEXT and text[-1] != "\n":
                 self._fresh = False
                 return [ReasoningDelta(text) if self._reasoning else ContentDelta(text)]
-        if self._waiting_on_gap and self._gap + len(text) <= MAX_FOLLOWER_GAP and text.isspace():
+        if self._gap is not None and self._gap + len(text) <= MAX_FOLLOWER_GAP and text.isspace():
             self._buf += text  # more whitespace decides nothing: no need to read again
             self._gap += len(text)
             return []
@@ -356,9 +359,9 @@ class Parser:
 
     def _run(self) -> None:
         handlers = self._handlers
-        self._waiting_on_gap = False
+        self._gap = None
         while self._pos < len(self._buf) and handlers[self._state]():
-            self._waiting_on_gap = False
+            self._gap = None
 
     def _go(self, state: State) -> None:
         """Change state; a change not in ``TRANSITIONS`` is a parser bug and raises."""
@@ -709,14 +712,15 @@ class Parser:
         calls (after a block, with a ``text_after_block`` note), and so does a run longer
         than :data:`MAX_FOLLOWER_GAP`."""
         buf, pos = self._buf, self._pos
-        end = _skip_whitespace(buf, pos)
+        match = _WS.match(buf, pos, pos + MAX_FOLLOWER_GAP + 1)
+        end = match.end() if match else pos
         if end - pos > MAX_FOLLOWER_GAP:
             end = pos  # a longer run is text (so it is never held back for long)
         elif end == len(buf):
             if self._final:
                 self._pos = end
             else:
-                self._waiting_on_gap, self._gap = True, end - pos
+                self._gap = end - pos
             return self._final
         elif buf[end] == "<":
             tag = self._scan(buf, end)
@@ -724,11 +728,11 @@ class Parser:
                 return False
             if isinstance(tag, Tag):
                 self._pos = end
-                self._ended_block = None
+                self._after_block_close = False
                 self._go(_TEXT)
                 return True
-        if self._ended_block is not None:
-            self._ended_block = None
+        if self._after_block_close:
+            self._after_block_close = False
             self._diagnose(
                 "text_after_block", "text after the tool-call block; kept as content after it", ""
             )
@@ -748,19 +752,19 @@ class Parser:
             tag = self._scan(buf, lt)
             if tag is PENDING:
                 break
-            if not isinstance(tag, Tag) or tag.kind is not TagKind.BLOCK_OPEN:
-                if isinstance(tag, Tag) and tag.kind is TagKind.EOS:
-                    tentative.ended = True  # the output ends here: no new block can open
-                    lt = -1
-                    break
+            if not isinstance(tag, Tag):
+                continue
+            if tag.kind is TagKind.EOS:
+                tentative.ended = True  # the output ends here: no new block can open
+                lt = -1
+                break
+            if tag.kind is not TagKind.BLOCK_OPEN:
                 continue
             follower = self._follower(buf, tag.end)
             if follower is PENDING:
                 break
             if isinstance(follower, Tag) and follower.kind is TagKind.INVOKE_OPEN:
-                kept = "".join(tentative.kept) + buf[pos:lt]
-                self.work += len(kept)  # read again, as content
-                self._stand(kept, buf[lt:])
+                self._stand(tentative, buf[pos:lt], buf[lt:])
                 return True
         end = len(buf) if lt < 0 else lt
         tentative.kept.append(buf[pos:end])
@@ -796,7 +800,6 @@ class Parser:
         if j >= len(buf):
             if self._final:
                 return _END
-            self._waiting_on_gap = True
             self._gap = j - start  # undecided until something but whitespace arrives
             return PENDING
         if buf[j] == "<":
@@ -831,7 +834,7 @@ class Parser:
     def _close_block(self) -> None:
         block, self._open_block = self._open_block, None
         if block is not None and block.calls:
-            self._ended_block = block
+            self._after_block_close = True
             self._go(_AFTER_CALLS)
         else:
             self._diagnose("empty_block", "dropped an empty tool-call block", "")
@@ -866,10 +869,12 @@ class Parser:
             self._stand_call(call)
         self._run()
 
-    def _stand(self, kept: str, rest: str) -> None:
-        """A new block opens after a tentative close: the close stands; ``kept`` (the text
-        between) and ``rest`` are read again from the start."""
+    def _stand(self, tentative: _Tentative, last: str, rest: str) -> None:
+        """A new block opens after a tentative close: the close stands; the kept text
+        (ending with ``last``) is read again as content, then ``rest``."""
         assert self._call is not None
+        kept = "".join(tentative.kept) + last
+        self.work += len(kept)  # read again, as content
         self._tentative = None
         self._buf, self._pos = kept + rest, 0
         self._stand_call(self._call)
@@ -878,7 +883,7 @@ class Parser:
         """The closers after the call's last value were markup: the call and its block end."""
         call.close_parameter()
         self._end_call(call)
-        self._ended_block, self._open_block = self._open_block, None
+        self._after_block_close, self._open_block = self._open_block is not None, None
         self._go(_AFTER_CALLS)
 
     def _tentative_is_value_text(self, settling: _Settling, end: int) -> bool:
@@ -886,7 +891,7 @@ class Parser:
         if settling.cut_off:
             return True
         buf = self._buf
-        if isinstance(settling.eos, Mark) or settling.eos < end:
+        if settling.eos < end:
             eos = buf.find(EOS, end)
             settling.eos = eos = len(buf) if eos < 0 else eos
             last = eos
