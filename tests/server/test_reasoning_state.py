@@ -277,15 +277,17 @@ def test_remember_with_a_dead_store_returns_the_error_and_logs_once(
     assert len(events) == 1 and "state_store_unavailable" in events[0]
 
 
-def test_recall_gives_the_reasoning_of_known_call_ids() -> None:
+def test_calls_of_gives_what_the_model_wrote_for_known_call_ids() -> None:
     mem = memory()
     one, two, three, unknown = (f"call_{n:024d}" for n in range(4))
 
     async def test() -> None:
         await mem.remember(answer([one, two], "both"))
         await mem.remember(answer([three], ""))  # no reasoning to give back
-        assert await mem.recall([two, three, unknown]) == ({two: "both"}, None)
+        found, error = await mem.calls_of([two, three, unknown])
+        assert error is None and sorted(found) == [two, three]
+        assert (found[two].reasoning, found[three].reasoning) == ("both", "")
         await mem.remember(answer(["call_0"], "numbered ids repeat across conversations"))
-        assert await mem.recall(["call_0"]) == ({}, None)  # without a conversation
+        assert await mem.calls_of(["call_0"]) == ({}, None)  # without a conversation
 
     anyio.run(test)

@@ -19,8 +19,9 @@ from openai.types.responses import Response
 
 from dsmlkit.dialects import V4_1
 from dsmlkit.errors import ApiError, InvalidRequest
+from dsmlkit.parse import ReasoningDelta, ToolCallEnd
 from dsmlkit.server import response_store
-from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
+from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory, ThinkingSigner
 from dsmlkit.server.response_store import LINKS, save, with_history
 from dsmlkit.server.state_store import MemoryStore, SqliteStore
 from tests.helpers import write_block
@@ -183,12 +184,12 @@ def test_a_chain_is_read_back_oldest_first_in_batches_of_links() -> None:
     memory = ReasoningMemory(store, ThinkingSigner())
     ids = _saved_chain(memory, 40)
     store.reads = 0
-    body, _, _, _ = anyio.run(
+    body = anyio.run(
         with_history,
         memory,
         memory.signer.ring,
         {"input": "Next?", "previous_response_id": ids[-1]},
-    )
+    ).body
     expected = [text for t in range(40) for text in (f"Question {t}?", f"Answer {t}.")]
     assert _said(body["input"]) == [*expected, "Next?"]
     assert store.reads == 1 + math.ceil(39 / LINKS)  # the newest turn, then batches of links
@@ -230,7 +231,39 @@ def test_a_whole_conversation_stored_before_links_is_still_read() -> None:
     old = [{"type": "message", "role": "user", "content": "Old question?"}]
     anyio.run(store.put_many, {"response:resp_old": json.dumps(old)})
     body = {"input": "Next?", "previous_response_id": "resp_old"}
-    assert _said(anyio.run(with_history, memory, memory.signer.ring, body)[0]["input"]) == [
+    assert _said(anyio.run(with_history, memory, memory.signer.ring, body).body["input"]) == [
         "Old question?",
         "Next?",
     ]
+
+
+def test_a_responses_turn_gets_its_reasoning_and_arguments_from_one_read_of_its_calls() -> None:
+    store = CountingStore()
+    memory = ReasoningMemory(store, ThinkingSigner())
+    call_id = "call_" + "7" * 24
+    tracker = AnswerTracker()
+    tracker.add([ReasoningDelta("Look it up."), ToolCallEnd(0, call_id, "f", {"a": 1}, '{"a": 1}')])
+    anyio.run(memory.remember, tracker)
+    echoed = {"type": "function_call", "call_id": call_id, "name": "f", "arguments": '{ "a":1 }'}
+    body = {
+        "model": "m",
+        "input": [
+            {"role": "user", "content": "Go."},
+            echoed,  # its reasoning item dropped, its arguments reformatted
+            {"type": "function_call_output", "call_id": call_id, "output": "ok"},
+        ],
+    }
+    store.reads = 0
+    restored = anyio.run(with_history, memory, memory.signer.ring, body)
+    assert store.reads == 1
+    assert restored.reasoning == 1
+    items = restored.body["input"]
+    assert [item.get("type", "message") for item in items] == [
+        "message",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+    ]
+    assert items[1]["content"] == [{"type": "reasoning_text", "text": "Look it up."}]
+    assert items[2]["arguments"] == '{"a": 1}'  # the model's own text
+    assert body["input"][1] is echoed and echoed["arguments"] == '{ "a":1 }'  # not modified

@@ -72,17 +72,9 @@ class Prepared:
 async def restore_history(state: ServerState, api: Api, body: Any) -> Restored:
     """``body`` with its history, dropped reasoning and the model's own words put back
     (before it is read), the same for the gateway and the render routes."""
-    items_restored, state_error = 0, None
-    sealed: tuple[int, ...] = ()
     if api == "responses":
-        body, items_restored, state_error, sealed = await with_history(
-            state.reasoning, state.keys, body
-        )
-    restored = await state.reasoning.restore(api, body)
-    restored.reasoning += items_restored
-    restored.error = state_error or restored.error
-    restored.sealed = sealed
-    return restored
+        return await with_history(state.reasoning, state.keys, body)
+    return await state.reasoning.restore(api, body)
 
 
 def model_of(state: ServerState, body: Any) -> ServedModel:

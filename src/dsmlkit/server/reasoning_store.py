@@ -39,7 +39,6 @@ from dsmlkit.server.model_turns import (
     ModelCall,
     key_of,
     reconcile,
-    reconcile_function,
 )
 from dsmlkit.server.reqlog import log_event
 from dsmlkit.server.sealing import KeyRing
@@ -154,24 +153,20 @@ class ReasoningMemory:
         self._recovered()
         return None
 
-    async def recall(self, call_ids: Iterable[str]) -> tuple[dict[str, str], str | None]:
-        """``({call id: reasoning} for the ids the store knows with reasoning, store
-        error)``, for the Responses API's reasoning items (short ids are not known there)."""
-        keys = {i: key for i in call_ids if (key := key_of(i)) is not None}
-        found, error = await self._calls(keys)
-        return {i: call.reasoning for i, call in found.items() if call.reasoning}, error
+    async def calls_of(self, call_ids: Iterable[str]) -> tuple[dict[str, ModelCall], str | None]:
+        """``({call id: what the model wrote} for the ids the store knows, store error)``,
+        for the Responses API's items (short ids are not known there: no conversation)."""
+        return await self._calls({i: key for i in call_ids if (key := key_of(i)) is not None})
 
     async def restore(self, api: Api, body: Any) -> Restored:
         """The body with dropped reasoning put back and the model's words restored.
 
-        The body is not validated here (the API reader does that next); anything of an
-        unexpected shape is left as it is. The caller's body is never modified. A
-        Responses body (its reasoning restored by :func:`.response_store.with_history`)
-        gets the model's arguments in its ``function_call`` items.
+        For the message-shaped APIs (Chat, Messages); a Responses body is restored by
+        :func:`.response_store.with_history`. The body is not validated here (the API reader
+        does that next); anything of an unexpected shape is left as it is. The caller's
+        body is never modified.
         """
         conversation = Conversation(api, body)
-        if api == "responses":
-            return await self._restore_items(body, conversation)
         messages = body.get("messages") if isinstance(body, dict) else None
         if not isinstance(messages, list):
             return Restored(body, conversation)
@@ -197,28 +192,6 @@ class ReasoningMemory:
                 result.reasoning += 1
             restored[turn.index] = reconcile(api, message, calls, result.changed)
         result.body = {**body, "messages": restored}
-        return result
-
-    async def _restore_items(self, body: Any, conversation: Conversation) -> Restored:
-        """A Responses body with the model's arguments in the ``function_call`` items."""
-        items = body.get("input") if isinstance(body, dict) else None
-        if not isinstance(items, list):
-            return Restored(body, conversation)
-        keys = {
-            index: key
-            for index, item in enumerate(items)
-            if isinstance(item, dict)
-            and item.get("type") == "function_call"
-            and isinstance(item.get("call_id"), str)
-            and (key := key_of(item["call_id"])) is not None
-        }
-        found, error = await self._calls(keys)
-        result = Restored(body, conversation, error=error)
-        if found:
-            restored = list(items)
-            for index, call in found.items():
-                restored[index] = reconcile_function(items[index], call, result.changed)
-            result.body = {**body, "input": restored}
         return result
 
     async def _calls(self, keys: dict[Any, str]) -> tuple[dict[Any, ModelCall], str | None]:

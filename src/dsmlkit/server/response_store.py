@@ -27,7 +27,8 @@ import json
 from typing import Any
 
 from dsmlkit.errors import ApiError, InvalidRequest
-from dsmlkit.server.reasoning_store import ReasoningMemory
+from dsmlkit.server.model_turns import Conversation, ModelCall, reconcile_function
+from dsmlkit.server.reasoning_store import ReasoningMemory, Restored
 from dsmlkit.server.sealing import KeyRing
 from dsmlkit.server.state_store import StateStoreUnavailable, get_one
 
@@ -41,29 +42,44 @@ MAX_CHAIN = 1000
 _ASSISTANT_ITEMS = ("reasoning", "function_call")
 
 
-async def with_history(
-    memory: ReasoningMemory, keys: KeyRing, body: Any
-) -> tuple[Any, int, str | None, tuple[int, ...]]:
-    """``(body, reasoning items restored, store error, sealed)``: ``body`` with the
-    conversation its ``previous_response_id`` names in front of its ``input`` and dropped
-    reasoning put back; ``sealed``: the ``input`` items whose sealed reasoning opens with
-    ``keys`` (the reader opens them; tokens stay as sent, so a stored conversation keeps
-    them sealed).
+async def with_history(memory: ReasoningMemory, keys: KeyRing, body: Any) -> Restored:
+    """``body`` with the conversation its ``previous_response_id`` names in front of its
+    ``input``, dropped reasoning put back and the model's own arguments in its
+    ``function_call`` items (one store read of the calls serves both); ``sealed``: the
+    ``input`` items whose sealed reasoning opens with ``keys`` (the reader opens them;
+    tokens stay as sent, so a stored conversation keeps them sealed).
 
     Bodies of an unexpected shape are left to the reader; the caller's body is not modified.
     """
-    if not isinstance(body, dict):
-        return body, 0, None, ()
-    previous = body.get("previous_response_id")
-    if isinstance(previous, str):
-        body = {**body, "input": [*await _conversation(memory, previous), *_items(body)]}
-    items = body.get("input")
+    if isinstance(body, dict) and isinstance(body.get("previous_response_id"), str):
+        history = await _conversation(memory, body["previous_response_id"])
+        body = {**body, "input": [*history, *_items(body)]}
+    result = Restored(body, Conversation("responses", body))
+    items = body.get("input") if isinstance(body, dict) else None
     if not isinstance(items, list):
-        return body, 0, None, ()
-    restored, count, sealed, error = await _restore_reasoning(
-        memory, keys, body.get("model"), items
+        return result
+    found, result.error = await memory.calls_of(i["call_id"] for i in items if _is_call(i))
+    restored, result.reasoning, result.sealed = _restore_reasoning(
+        keys, body.get("model"), items, found
     )
-    return ({**body, "input": restored} if count else body), count, error, sealed
+    restored = [
+        reconcile_function(item, found[item["call_id"]], result.changed)
+        if _is_call(item) and item["call_id"] in found
+        else item
+        for item in restored
+    ]
+    if len(restored) != len(items) or any(a is not b for a, b in zip(restored, items, strict=True)):
+        result.body = {**body, "input": restored}
+    return result
+
+
+def _is_call(item: Any) -> bool:
+    """A ``function_call`` item with a call id."""
+    return (
+        isinstance(item, dict)
+        and item.get("type") == "function_call"
+        and isinstance(item.get("call_id"), str)
+    )
 
 
 async def save(memory: ReasoningMemory, body: Any, response: dict[str, Any]) -> None:
@@ -141,11 +157,11 @@ def _missing(response_id: str, linked: str) -> str:
     )
 
 
-async def _restore_reasoning(
-    memory: ReasoningMemory, keys: KeyRing, model: object, items: list[Any]
-) -> tuple[list[Any], int, tuple[int, ...], str | None]:
-    """``(items, restored, sealed, store error)``: each assistant turn with function calls
-    but no trusted reasoning item gets the reasoning the store knows for one of its call
+def _restore_reasoning(
+    keys: KeyRing, model: object, items: list[Any], found: dict[str, ModelCall]
+) -> tuple[list[Any], int, tuple[int, ...]]:
+    """``(items, restored, sealed)``: each assistant turn with function calls but no
+    trusted reasoning item gets the reasoning ``found`` (the store) has for one of its call
     ids (in place of a reasoning item whose token does not open, else in front of the
     turn); ``sealed``: where the items whose token opens now are."""
     opens = {
@@ -156,19 +172,16 @@ async def _restore_reasoning(
     }
     dropped: list[tuple[list[int], list[str]]] = []  # (the turn's items, its call ids)
     for turn in _assistant_turns(items):
-        ids = [
-            items[i]["call_id"]
-            for i in turn
-            if items[i].get("type") == "function_call" and isinstance(items[i].get("call_id"), str)
-        ]
+        ids = [items[i]["call_id"] for i in turn if _is_call(items[i])]
         reasoned = [i for i in turn if items[i].get("type") == "reasoning"]
         if ids and (not reasoned or not all(opens.get(i, True) for i in reasoned)):
             dropped.append((turn, ids))
-    found, error = await memory.recall(i for _, ids in dropped for i in ids)
     replaced: dict[int, Any] = {}  # item index → the item in its place
     inserted: dict[int, Any] = {}  # item index → the item put in front of it
     for turn, ids in dropped:
-        reasoning = next((found[i] for i in ids if i in found), None)
+        reasoning = next(
+            (found[i].reasoning for i in ids if i in found and found[i].reasoning), None
+        )
         if reasoning is None:
             continue
         text = [{"type": "reasoning_text", "text": reasoning}]
@@ -186,7 +199,7 @@ async def _restore_reasoning(
         if opens.get(index):
             sealed.append(len(restored))
         restored.append(replaced.get(index, item))
-    return restored, len(inserted) + len(replaced), tuple(sealed), error
+    return restored, len(inserted) + len(replaced), tuple(sealed)
 
 
 def _assistant_turns(items: list[Any]) -> list[list[int]]:
