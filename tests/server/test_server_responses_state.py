@@ -171,7 +171,8 @@ def _saved_chain(memory: ReasoningMemory, turns: int) -> list[str]:
             body["previous_response_id"] = ids[-1]
         answer = {"type": "message", "role": "assistant", "content": f"Answer {turn}."}
         ids.append(f"resp_{turn:04d}")
-        anyio.run(save, memory, body, {"id": ids[-1], "output": [answer]})
+        links = anyio.run(with_history, memory, memory.signer.ring, body).links
+        anyio.run(save, memory, body, {"id": ids[-1], "output": [answer]}, links)
     return ids
 
 
@@ -267,3 +268,18 @@ def test_a_responses_turn_gets_its_reasoning_and_arguments_from_one_read_of_its_
     assert items[1]["content"] == [{"type": "reasoning_text", "text": "Look it up."}]
     assert items[2]["arguments"] == '{"a": 1}'  # the model's own text
     assert body["input"][1] is echoed and echoed["arguments"] == '{ "a":1 }'  # not modified
+
+
+def test_saving_a_turn_reads_nothing_its_links_came_with_the_history() -> None:
+    store = CountingStore()
+    memory = ReasoningMemory(store, ThinkingSigner())
+    ids = _saved_chain(memory, 3)
+    body = {"input": "Next?", "previous_response_id": ids[-1]}
+    links = anyio.run(with_history, memory, memory.signer.ring, body).links
+    assert links == [ids[2], ids[1], ids[0]]
+    store.reads = 0
+    answer = {"type": "message", "role": "assistant", "content": "Fine."}
+    anyio.run(save, memory, body, {"id": "resp_next", "output": [answer]}, links)
+    assert store.reads == 0
+    stored = anyio.run(store.get_many, ["response:resp_next"])
+    assert json.loads(stored["response:resp_next"])["links"] == links

@@ -202,7 +202,7 @@ async def _gateway(request: Request, api: Api) -> Response:
     async def keep(response: dict[str, Any]) -> None:
         """Store a Responses answer's turn (a store failure is logged, not fatal)."""
         try:
-            await save(state.reasoning, sent, response)
+            await save(state.reasoning, sent, response, restored.links)
         except StateStoreUnavailable as exc:
             record.state_error = exc.message
 

@@ -92,6 +92,9 @@ class Restored:
     error: str | None = None
     #: Responses ``input`` items whose sealed reasoning opens here (the reader opens them).
     sealed: tuple[int, ...] = ()
+    #: Responses: the earlier responses a turn stored after this request links, nearest
+    #: first (its ``previous_response_id``, then the ones that one links).
+    links: list[str] = field(default_factory=list)
 
 
 class AnswerTracker:

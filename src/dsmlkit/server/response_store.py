@@ -30,7 +30,7 @@ from dsmlkit.errors import ApiError, InvalidRequest
 from dsmlkit.server.model_turns import Conversation, ModelCall, reconcile_function
 from dsmlkit.server.reasoning_store import ReasoningMemory, Restored
 from dsmlkit.server.sealing import KeyRing
-from dsmlkit.server.state_store import StateStoreUnavailable, get_one
+from dsmlkit.server.state_store import StateStoreUnavailable
 
 _KEY_PREFIX = "response:"
 #: How many earlier responses each stored turn names, nearest first: a chain of n turns is
@@ -51,10 +51,11 @@ async def with_history(memory: ReasoningMemory, keys: KeyRing, body: Any) -> Res
 
     Bodies of an unexpected shape are left to the reader; the caller's body is not modified.
     """
+    links: list[str] = []
     if isinstance(body, dict) and isinstance(body.get("previous_response_id"), str):
-        history = await _conversation(memory, body["previous_response_id"])
+        history, links = await _conversation(memory, body["previous_response_id"])
         body = {**body, "input": [*history, *_items(body)]}
-    result = Restored(body, Conversation("responses", body))
+    result = Restored(body, Conversation("responses", body), links=links)
     items = body.get("input") if isinstance(body, dict) else None
     if not isinstance(items, list):
         return result
@@ -82,17 +83,15 @@ def _is_call(item: Any) -> bool:
     )
 
 
-async def save(memory: ReasoningMemory, body: Any, response: dict[str, Any]) -> None:
+async def save(
+    memory: ReasoningMemory, body: Any, response: dict[str, Any], links: list[str]
+) -> None:
     """Store the turn ``response`` ends when the request asked for it (``store``, default
-    true): ``body`` is the request as the client sent it (before :func:`with_history`).
-    Raises :class:`StateStoreUnavailable`."""
+    true): ``body`` is the request as the client sent it, ``links`` the earlier responses
+    :func:`with_history` found for it (``Restored.links``). Raises
+    :class:`StateStoreUnavailable`."""
     if not isinstance(body, dict) or body.get("store") is False:
         return
-    previous = body.get("previous_response_id")
-    links: list[str] = []
-    if isinstance(previous, str):
-        stored = await get_one(memory.store, _KEY_PREFIX + previous)
-        links = [previous, *(_turn(stored)[0] if stored is not None else [])][:LINKS]
     turn = {"links": links, "items": [*_items(body), *response["output"]]}
     await memory.store.put_many({_KEY_PREFIX + response["id"]: json.dumps(turn)}, memory.ttl)
 
@@ -114,10 +113,12 @@ def _turn(stored: str) -> tuple[list[str], list[Any]]:
     return turn["links"], turn["items"]
 
 
-async def _conversation(memory: ReasoningMemory, response_id: str) -> list[Any]:
-    """Every item of the conversation ``response_id`` ended, oldest first."""
+async def _conversation(memory: ReasoningMemory, response_id: str) -> tuple[list[Any], list[str]]:
+    """Every item of the conversation ``response_id`` ended, oldest first, and the links of
+    the next turn stored after it (``response_id``, then the responses it links)."""
     turns: list[list[Any]] = []  # newest first
     wanted = [response_id]
+    following: list[str] | None = None
     while wanted:
         if len(turns) + len(wanted) > MAX_CHAIN:
             raise InvalidRequest(
@@ -142,9 +143,11 @@ async def _conversation(memory: ReasoningMemory, response_id: str) -> list[Any]:
                 raise InvalidRequest(_missing(response_id, linked), "previous_response_id")
             links, items = _turn(stored)
             turns.append(items)
+            if following is None:  # the turn of response_id itself, read first
+                following = [response_id, *links][:LINKS]
         # the oldest turn read names the ones before it; the others' links were read
         wanted = links
-    return [item for items in reversed(turns) for item in items]
+    return [item for items in reversed(turns) for item in items], following or [response_id]
 
 
 def _missing(response_id: str, linked: str) -> str:
