@@ -9,8 +9,6 @@ the ``(text, is_special)`` pieces are made only when asked for.
 
 from __future__ import annotations
 
-from heapq import merge
-
 from dsmlkit.dialects import MARKER
 from dsmlkit.render.templates import SPECIAL_TOKEN_PATTERN, SPECIAL_TOKENS
 
@@ -24,28 +22,26 @@ class PromptBuilder:
 
     def __init__(self) -> None:
         self._texts: list[str] = []
-        #: Indexes into _texts of special tokens.
-        self._special: list[int] = []
-        #: Indexes into _texts of texts in which every marker is special (and nothing else).
-        self._marked: list[int] = []
-
-    @property
-    def length(self) -> int:
-        """Characters written so far (an offset into the finished prompt)."""
-        return sum(map(len, self._texts))
+        #: Indexes into _texts of flagged texts, in order: special tokens, and the marked.
+        self._flagged: list[int] = []
+        #: The flagged texts in which every marker is special (and nothing else).
+        self._marked: set[int] = set()
+        #: Characters written so far (an offset into the finished prompt).
+        self.length = 0
 
     def template(self, text: str) -> None:
         """Append text the template writes; its special tokens are flagged."""
         texts = self._texts
+        self.length += len(text)
         if text in _SPECIAL:
-            self._special.append(len(texts))
+            self._flagged.append(len(texts))
             texts.append(text)
             return
         start = 0
         for match in SPECIAL_TOKEN_PATTERN.finditer(text):
             if match.start() > start:
                 texts.append(text[start : match.start()])
-            self._special.append(len(texts))
+            self._flagged.append(len(texts))
             texts.append(match.group())
             start = match.end()
         if start < len(text):
@@ -53,13 +49,16 @@ class PromptBuilder:
 
     def text(self, text: str) -> None:
         """Append text that came from the caller (never special)."""
+        self.length += len(text)
         self._texts.append(text)
 
     def marked(self, text: str) -> None:
         """Append markup and caller text in one write: every ``｜DSML｜`` marker in ``text``
         is the template's (the caller's parts hold none), and it holds no other special
         token that is."""
-        self._marked.append(len(self._texts))
+        self.length += len(text)
+        self._flagged.append(len(self._texts))
+        self._marked.add(len(self._texts))
         self._texts.append(text)
 
     def prompt(self) -> str:
@@ -69,11 +68,11 @@ class PromptBuilder:
     def pieces(self) -> tuple[Piece, ...]:
         """The pieces so far: their texts concatenate to the prompt, neighbouring unflagged
         texts joined, none empty."""
-        texts, marked = self._texts, set(self._marked)
+        texts, marked = self._texts, self._marked
         pieces: list[Piece] = []
         carry = ""  # unflagged text that the next piece continues
         start = 0
-        for index in merge(self._special, self._marked):
+        for index in self._flagged:
             before = carry + "".join(texts[start:index])
             start = index + 1
             if index not in marked:
