@@ -581,7 +581,8 @@ class AnthropicStream:
     def feed_sse(self, events: Sequence[Event]) -> list[str]:
         """:meth:`feed` as SSE frames."""
         if len(events) == 1:
-            # The usual batch: one delta, most often more of the open block (_more, inlined).
+            # The usual batch: one delta, most often more of the open block (_steps' text
+            # path, inlined).
             event = events[0]
             if isinstance(event, self._continued_by):
                 text = event.text
@@ -623,10 +624,11 @@ class AnthropicStream:
                 if not isinstance(event, (self._continued_by, ArgumentsDelta)):
                     kind, empty = _TEXT_BLOCKS[type(event)]
                     out += map(other, self._close() + self._open_block(kind, empty))
-                if self._omit_thinking and isinstance(event, ReasoningDelta):
-                    self._thinking.append(event.text)  # signed at the block's end, not shown
-                    continue
-                out.append(self._more(text_delta, event.text))
+                if self._open == "thinking":
+                    self._thinking.append(event.text)  # signed at the block's end
+                    if self._omit_thinking:
+                        continue  # the signature is sent, the text is not
+                out.append(text_delta(self._blocks - 1, event.text))
                 continue
             self._outline.add([event])
             if isinstance(event, ToolCallStart):
@@ -635,12 +637,6 @@ class AnthropicStream:
             elif isinstance(event, (ReasoningEnd, ToolCallEnd)):
                 out += map(other, self._close())
         return out
-
-    def _more(self, text_delta: Callable[[int, str], _Out], text: str) -> _Out:
-        """More ``text`` for the open block, as the delta made by ``text_delta``."""
-        if self._open == "thinking":
-            self._thinking.append(text)
-        return text_delta(self._blocks - 1, text)
 
     def _delta(self, index: int, text: str) -> StreamEvent:
         """The ``content_block_delta`` of one text delta to block ``index``."""
