@@ -5,18 +5,19 @@ sampling options); parser events become each API's responses and stream chunks.
 See ``docs/api-adapters.md``.
 """
 
+from dsmlkit.api.adapters import ADAPTERS, CHAT, MESSAGES, RESPONSES, ApiAdapter, adapter_for
 from dsmlkit.api.anthropic import AnthropicStream, anthropic_response, parse_anthropic_request
 from dsmlkit.api.common import (
     ChatRequest,
     ParseOptions,
     Usage,
-    call_id_factory,
     check_tool_choice,
     response_diagnostics,
 )
 from dsmlkit.api.errors import anthropic_error_body, openai_error_body
 from dsmlkit.api.openai import OpenAIStream, openai_response, parse_openai_request
 from dsmlkit.api.request import (
+    call_id_factory,
     convert_output,
     parse_options,
     parse_request,
@@ -33,8 +34,13 @@ from dsmlkit.api.sse import SSE_DONE, sse_anthropic, sse_event, sse_openai
 from dsmlkit.errors import ApiError, InvalidRequest
 
 __all__ = [
+    "ADAPTERS",
+    "CHAT",
+    "MESSAGES",
+    "RESPONSES",
     "SSE_DONE",
     "AnthropicStream",
+    "ApiAdapter",
     "ApiError",
     "ChatRequest",
     "InvalidRequest",
@@ -45,6 +51,7 @@ __all__ = [
     "SealError",
     "Sealer",
     "Usage",
+    "adapter_for",
     "anthropic_error_body",
     "anthropic_response",
     "call_id_factory",

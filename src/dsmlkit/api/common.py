@@ -7,10 +7,9 @@ rule the two have in common, so each exists once.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dsmlkit.api.fields import Field
 from dsmlkit.dialects import Dialect
@@ -28,6 +27,9 @@ from dsmlkit.parse import (
 )
 from dsmlkit.render import RenderOptions, RenderResult
 from dsmlkit.render.conversation import Conversation, Tool
+
+if TYPE_CHECKING:
+    from dsmlkit.api.adapters import ApiAdapter
 
 Api = Literal["openai", "anthropic", "responses"]
 
@@ -122,9 +124,16 @@ class ChatRequest:
         """The client's stop strings."""
         return tuple(self.sampling.get("stop", ()))
 
+    @property
+    def adapter(self) -> ApiAdapter:
+        """The adapter of the API this request came in."""
+        from dsmlkit.api.adapters import adapter_for  # the adapters import this module
+
+        return adapter_for(self.api)
+
     def new_parser(self, start_in: StartIn, id_factory: Callable[[], str] | None = None) -> Parser:
         """A parser for this request's output; call ids default to this API's prefix."""
-        return self.parse.parser(start_in, id_factory or call_id_factory(self.api))
+        return self.parse.parser(start_in, id_factory or self.adapter.call_ids())
 
     def output_parser(
         self, result: RenderResult, id_factory: Callable[[], str] | None = None
@@ -306,16 +315,6 @@ def note_ignored(root: Field, names: Sequence[str], notes: list[str]) -> None:
     for name in names:
         if root[name].present:
             notes.append(f"{name}: accepted; changes nothing in the prompt")
-
-
-def call_id_factory(api: Api, token: Callable[[], str] | None = None) -> Callable[[], str]:
-    """Fresh tool-call ids: ``call_…`` (both OpenAI APIs) or ``toolu_…`` (Anthropic).
-
-    ``token`` makes the part after the prefix (default: 24 random hex digits).
-    """
-    prefix = "toolu_" if api == "anthropic" else "call_"
-    make_token = token or (lambda: secrets.token_hex(12))
-    return lambda: prefix + make_token()
 
 
 # --- tool_choice on the model's output ---------------------------------------------------

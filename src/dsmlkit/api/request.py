@@ -1,18 +1,16 @@
-"""Entry points that take the API's name: for the CLI and the server's generic paths."""
+"""Entry points that take the API's name: for the CLI, library users and the tests."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from dsmlkit.api.anthropic import parse_anthropic_request, read_anthropic_tools
+from dsmlkit.api.adapters import ReadContext, adapter_for
 from dsmlkit.api.common import Api, ChatRequest, ParseOptions
-from dsmlkit.api.fields import Field
-from dsmlkit.api.openai import parse_openai_request
-from dsmlkit.api.responses import parse_responses_request, read_responses_tools
 from dsmlkit.api.seal import Sealer
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.render import RenderCache, resolve_dialect
-from dsmlkit.render.conversation import read_tools, unique_tools
+from dsmlkit.render.conversation import unique_tools
 
 
 def parse_request(
@@ -28,11 +26,7 @@ def parse_request(
     ``sealer`` opens sealed reasoning in a Responses body (the other APIs have none);
     ``cache`` keeps the messages a Chat Completions body's reader read, for reuse.
     """
-    if api == "responses":
-        return parse_responses_request(body, dialect=dialect, sealer=sealer)
-    if api == "anthropic":
-        return parse_anthropic_request(body, dialect=dialect)
-    return parse_openai_request(body, dialect=dialect, cache=cache)
+    return adapter_for(api).read(body, ReadContext(dialect, sealer, cache))
 
 
 def parse_options(
@@ -42,13 +36,15 @@ def parse_options(
 
     The tools are read and checked exactly as that API's request reader reads them.
     """
-    if api == "anthropic":
-        typed, _ = read_anthropic_tools(Field(tools, "tools"), [])
-    elif api == "responses":
-        typed, _ = read_responses_tools(Field(tools, "tools"), [])
-    else:
-        typed = list(read_tools(tools, "tools"))
-    return ParseOptions(resolve_dialect(dialect), unique_tools(typed))
+    return ParseOptions(resolve_dialect(dialect), unique_tools(adapter_for(api).read_tools(tools)))
+
+
+def call_id_factory(api: Api, token: Callable[[], str] | None = None) -> Callable[[], str]:
+    """Fresh tool-call ids: ``call_…`` (both OpenAI APIs) or ``toolu_…`` (Anthropic).
+
+    ``token`` makes the part after the prefix (default: 24 random hex digits).
+    """
+    return adapter_for(api).call_ids(token)
 
 
 def convert_output(req: ChatRequest) -> dict[str, Any]:

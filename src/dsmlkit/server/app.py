@@ -24,8 +24,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dsmlkit import __version__
 from dsmlkit.errors import ApiError, UpstreamError
-from dsmlkit.server import gateway, inspector, local_routes
-from dsmlkit.server.apis import api_for_path, error_response
+from dsmlkit.server import inspector, local_routes, pipeline
+from dsmlkit.server.apis import api_for_path, error_response, upstream_api_error
 from dsmlkit.server.config import ServerConfig
 from dsmlkit.server.reqlog import RequestRecord, new_request_id
 from dsmlkit.server.state import ServerState, client_keys, record_of
@@ -69,7 +69,7 @@ def create_app(
         redoc_url=None,
     )
     app.state.dsmlkit = state
-    routers = (local_routes.router, gateway.router, inspector.router)
+    routers = (local_routes.router, pipeline.router, inspector.router)
     for router in routers:
         app.include_router(router)
     app.add_exception_handler(ApiError, _api_error)
@@ -129,7 +129,7 @@ async def _upstream_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, UpstreamError)
     if exc.url is not None:  # the client's answer does not name it; the log does
         LOGGER.warning("request %s: %s: %s", record_of(request).id, exc.url, exc.message)
-    return _respond(request, gateway.upstream_api_error(exc))
+    return _respond(request, upstream_api_error(exc))
 
 
 async def _http_exception(request: Request, exc: Exception) -> JSONResponse:

@@ -11,11 +11,26 @@ import json
 import re
 from typing import Any
 
+import anyio
+from starlette.requests import Request
+
 from dsmlkit.errors import InvalidRequest
 
 #: Deepest nesting of arrays and objects accepted (JSON Schemas rarely pass 20).
 MAX_DEPTH = 64
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+#: Bodies at least this large are decoded in a worker thread (off the event loop).
+_THREADED_BODY_BYTES = 256 * 1024
+
+
+async def read_json(request: Request) -> tuple[Any, int]:
+    """The request body as strict JSON, and its size in bytes; a 400 when it is not JSON."""
+    raw = await request.body()
+    if len(raw) < _THREADED_BODY_BYTES:
+        return decode_body(raw), len(raw)
+    return await anyio.to_thread.run_sync(decode_body, raw), len(raw)
 
 
 class _NonFinite(float):

@@ -9,18 +9,18 @@ import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from dsmlkit.api import call_id_factory, parse_options
-from dsmlkit.api.common import Api, ParseOptions
+from dsmlkit.api import ParseOptions, parse_options
+from dsmlkit.api.adapters import CHAT, MESSAGES, RESPONSES, Answer, ApiAdapter, adapter_for
 from dsmlkit.dialects import BOS
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.parse import MessageCollector, ParsedMessage, event_to_json
 from dsmlkit.render import RenderResult
 from dsmlkit.render.tokens import PromptTokenizer
-from dsmlkit.server.apis import build_response, new_response_id
-from dsmlkit.server.jsonbody import decode_body
+from dsmlkit.server.jsonbody import read_json
 from dsmlkit.server.metrics import CONTENT_TYPE
-from dsmlkit.server.prepare import model_of, prepare, prompt_length, restore_history
-from dsmlkit.server.state import record_of, state_of
+from dsmlkit.server.pipeline import off_loop, read_request, resolve_model, restore
+from dsmlkit.server.plan import Prompt, prompt_length, render_prompt
+from dsmlkit.server.state import ServedModel, ServerState, record_of, state_of
 
 router = APIRouter()
 
@@ -32,22 +32,21 @@ _COUNT_TOKENS_MAX_TOKENS = 1
 #: sends a token need not be the one that was shown its text.
 SEALED_MARKER = "[sealed reasoning]"
 
-#: Bodies at least this large are decoded in a worker thread (off the event loop).
-_THREADED_BODY_BYTES = 256 * 1024
 
-
-async def read_json(request: Request) -> Any:
-    """The request body as strict JSON (see :mod:`.jsonbody`); a 400 when it is not."""
-    raw = await request.body()
-    if len(raw) < _THREADED_BODY_BYTES:
-        return decode_body(raw)
-    return await anyio.to_thread.run_sync(decode_body, raw)
-
-
-def _object(body: Any) -> dict[str, Any]:
+async def _object(request: Request) -> tuple[dict[str, Any], int]:
+    """The body of a route that takes a JSON object, and its size."""
+    body, size = await read_json(request)
     if not isinstance(body, dict):
         raise InvalidRequest("the request body must be a JSON object")
-    return body
+    return body, size
+
+
+async def _prompt(
+    state: ServerState, model: ServedModel, adapter: ApiAdapter, body: Any, size: int
+) -> Prompt:
+    """The pipeline's typed request and plan stages for a body whose state is restored."""
+    req = await off_loop(size, read_request, state, adapter, model, body)
+    return await off_loop(size, render_prompt, state, model, req)
 
 
 @router.api_route("/health", methods=["GET", "HEAD"])
@@ -114,20 +113,20 @@ async def metrics(request: Request) -> Response:
 
 @router.post("/v1/chat/completions/render")
 async def render_openai(request: Request) -> JSONResponse:
-    return JSONResponse(await _render(request, "openai"))
+    return JSONResponse(await _render(request, CHAT))
 
 
 @router.post("/v1/messages/render")
 async def render_anthropic(request: Request) -> JSONResponse:
-    return JSONResponse(await _render(request, "anthropic"))
+    return JSONResponse(await _render(request, MESSAGES))
 
 
 @router.post("/v1/responses/render")
 async def render_responses(request: Request) -> JSONResponse:
-    return JSONResponse(await _render(request, "responses"))
+    return JSONResponse(await _render(request, RESPONSES))
 
 
-async def _render(request: Request, api: Api) -> dict[str, Any]:
+async def _render(request: Request, adapter: ApiAdapter) -> dict[str, Any]:
     """vLLM's render response (``request_id``, ``token_ids``, ``sampling_params``, ``model``,
     ``stream``) plus the prompt text (exactly as it goes upstream, history and restored
     reasoning included), its length and what dsmlkit knows about it.
@@ -136,25 +135,24 @@ async def _render(request: Request, api: Api) -> dict[str, Any]:
     its place and ``token_ids`` is null (they would spell it out); ``prompt_tokens`` still
     counts the real prompt.
     """
-    state = state_of(request)
-    restored = await restore_history(state, api, await read_json(request))
-    prepared = await anyio.to_thread.run_sync(prepare, state, api, restored.body)
-    req, result, model = prepared.req, prepared.result, prepared.model
-    record = record_of(request)
+    state, record = state_of(request), record_of(request)
+    body, size = await read_json(request)
+    model = resolve_model(state, body)
     record.model = model.name
-    record.reasoning_restored, record.state_error = restored.reasoning, restored.error
-    record.history_changed = restored.changed
+    restored = await restore(state, adapter, body, record)
+    prepared = await _prompt(state, model, adapter, restored.body, size)
+    req, result = prepared.req, prepared.result
     notes = prepared.notes
-    betas = request.headers.get("anthropic-beta")
-    if api == "anthropic" and betas:
-        notes.append(f"anthropic-beta ({betas}): accepted; changes nothing in the prompt")
+    betas = request.headers.get(adapter.beta_header) if adapter.beta_header else None
+    if betas:
+        notes.append(f"{adapter.beta_header} ({betas}): accepted; changes nothing in the prompt")
     ids = prepared.token_ids
     if ids is not None:
         record.prompt_tokens = len(ids)
     shown, shown_ids = prepared, ids
     if restored.sealed:
         redacted = _redacted(restored.body, restored.sealed)
-        shown = await anyio.to_thread.run_sync(prepare, state, api, redacted)
+        shown = await _prompt(state, model, adapter, redacted, size)
         shown_ids = None
         notes.append(
             f"sealed reasoning is shown as {SEALED_MARKER!r} (input items "
@@ -162,7 +160,7 @@ async def _render(request: Request, api: Api) -> dict[str, Any]:
             "engine gets the reasoning itself, which prompt_tokens counts"
         )
     return {
-        "request_id": new_response_id(api),
+        "request_id": adapter.new_response_id(),
         "model": req.model,
         "prompt": shown.encoded.text,
         "token_ids": shown_ids,
@@ -206,12 +204,11 @@ async def tokenize(request: Request) -> JSONResponse:
     """vLLM's tokenize: ``{"prompt"}`` (added tokens matched, BOS first unless
     ``add_special_tokens`` is false) or a chat body (``{"messages", …}``, rendered)."""
     state = state_of(request)
-    body = _object(await read_json(request))
-    model = model_of(state, body)
+    body, size = await _object(request)
+    model = resolve_model(state, body)
     tokenizer = model.require_tokenizer()
     if "messages" in body:
-        chat_body = {"model": model.name, **body}
-        prepared = await anyio.to_thread.run_sync(prepare, state, "openai", chat_body)
+        prepared = await _prompt(state, model, CHAT, {"model": model.name, **body}, size)
         ids = prepared.token_ids
         if ids is None:
             raise InvalidRequest(
@@ -243,8 +240,8 @@ def _encode_prompt_text(tokenizer: PromptTokenizer, body: dict[str, Any]) -> lis
 @router.post("/detokenize")
 async def detokenize(request: Request) -> dict[str, str]:
     state = state_of(request)
-    body = _object(await read_json(request))
-    tokenizer = model_of(state, body).require_tokenizer()
+    body, _ = await _object(request)
+    tokenizer = resolve_model(state, body).require_tokenizer()
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(
         isinstance(token, int) and not isinstance(token, bool) and token >= 0 for token in tokens
@@ -265,13 +262,13 @@ async def count_tokens(request: Request) -> JSONResponse:
     """The prompt's length: its ids, else the engine's count of the text prompt, else the
     loaded tokenizer's count of the text (approximate when it lacks a template token)."""
     state = state_of(request)
-    body = _object(await read_json(request))
-    model = model_of(state, body)
+    body, size = await _object(request)
+    model = resolve_model(state, body)
     facts = model.engine.facts
     if model.tokenizer is None and (facts is None or facts.token_ids is None):
         model.require_tokenizer()  # the 501
     full = {"max_tokens": _COUNT_TOKENS_MAX_TOKENS, **body}
-    prepared = await anyio.to_thread.run_sync(prepare, state, "anthropic", full)
+    prepared = await _prompt(state, model, MESSAGES, full, size)
     count = await prompt_length(state, prepared, state.upstream_key)
     if count is None:
         tokenizer = model.require_tokenizer()
@@ -296,14 +293,14 @@ async def parse_output(request: Request) -> JSONResponse:
     null delta). The message is the same whatever the chunking.
     """
     state = state_of(request)
-    body = _object(await read_json(request))
+    body, _ = await _object(request)
     text = body.get("text")
     if not isinstance(text, str):
         raise InvalidRequest("must be the model's raw output text (a string)", "text")
-    api = _choice(body, "api", ("openai", "anthropic"), "openai")
+    adapter = adapter_for(_choice(body, "api", ("openai", "anthropic"), "openai"))
     start_in = _choice(body, "start_in", ("content", "reasoning"), "content")
     finish = _choice(body, "finish_reason", ("stop", "length"), "stop")
-    default = model_of(state, body)
+    default = resolve_model(state, body)
     dialect = body.get("dialect") or default.dialect
     if not isinstance(dialect, str):
         raise InvalidRequest("must be a dialect name (a string)", "dialect")
@@ -315,27 +312,20 @@ async def parse_output(request: Request) -> JSONResponse:
         not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1
     ):
         raise InvalidRequest("must be a positive whole number of characters", "chunk_size")
-    options = parse_options(api, body.get("tools"), dialect=dialect)
+    options = parse_options(adapter.name, body.get("tools"), dialect=dialect)
     record = record_of(request)
     record.model = model
     started = time.perf_counter()
     msg, stream = await anyio.to_thread.run_sync(
-        _parse_text, options, api, start_in, text, finish, chunk_size
+        _parse_text, options, adapter, start_in, text, finish, chunk_size
     )
     record.parse_seconds = time.perf_counter() - started
     record.parsed = True
     diagnostics = msg.diagnostics  # no tool_choice to check: the text is all there is
     record.diagnostics.update(d.kind for d in diagnostics)
     record.finish_reason = msg.finish_reason
-    response = build_response(
-        msg,
-        api,
-        model,
-        response_id=new_response_id(api),
-        created=int(time.time()),
-        usage=None,
-        stop_sequence=None,
-    )
+    answer = Answer(adapter.new_response_id(), int(time.time()))
+    response = adapter.respond(msg, model, answer, None)
     response["parse_diagnostics"] = [
         {"kind": d.kind, "message": d.message, "text": d.text} for d in diagnostics
     ]
@@ -346,14 +336,14 @@ async def parse_output(request: Request) -> JSONResponse:
 
 def _parse_text(
     options: ParseOptions,
-    api: Api,
+    adapter: ApiAdapter,
     start_in: Any,
     text: str,
     finish: str,
     chunk_size: int | None,
 ) -> tuple[ParsedMessage, list[dict[str, Any]] | None]:
     """The message, and with ``chunk_size`` the events each delta (then ``close()``) gave."""
-    parser = options.parser(start_in, call_id_factory(api))
+    parser = options.parser(start_in, adapter.call_ids())
     collector = MessageCollector()
     if chunk_size is None:
         collector.add(parser.feed(text) + parser.close(finish))

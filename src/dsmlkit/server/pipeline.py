@@ -1,0 +1,312 @@
+"""The gateway: ``POST /v1/chat/completions``, ``/v1/messages`` and ``/v1/responses``
+through an upstream, as one pipeline that reads top to bottom.
+
+Each stage is a function of the previous stage's value, and each lives in its own module:
+
+1. **read body** — strict JSON (:mod:`.jsonbody`);
+2. **resolve model** — the served model the body names (:class:`.state.ServerState`);
+3. **restore state** — the stored Responses history, dropped reasoning and the model's own
+   words put back (:mod:`.restore`);
+4. **typed request** — the API's reader (:class:`~dsmlkit.api.adapters.ApiAdapter`);
+5. **plan** — the prompt or chat body, ``max_tokens``, forced calls (:mod:`.plan`);
+6. **upstream** and **fold** — the upstream request(s) and the events they become, through
+   the call gate, remembered at the end (:mod:`.fold`);
+7. **frames** — the API's stream writer or response builder (the adapter);
+8. **remember** — a Responses answer stored (:mod:`.response_store`); the request record
+   (log line and metrics) is closed by the middleware.
+
+The render routes (:mod:`.local_routes`) run stages 1–5 of the same functions.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
+from dataclasses import replace
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.background import BackgroundTask
+
+from dsmlkit.api import ChatRequest, Usage, response_diagnostics
+from dsmlkit.api.adapters import (
+    CHAT,
+    MESSAGES,
+    RESPONSES,
+    Answer,
+    ApiAdapter,
+    ReadContext,
+    StreamWriter,
+)
+from dsmlkit.errors import ApiError, UpstreamError
+from dsmlkit.parse import Event, MessageCollector
+from dsmlkit.server.apis import upstream_api_error
+from dsmlkit.server.fold import Outcome, Upstream, UpstreamKey, fold, kinds
+from dsmlkit.server.jsonbody import read_json
+from dsmlkit.server.plan import (
+    Prompt,
+    UpstreamPlan,
+    chat_plan,
+    completions_plan,
+    prompt_length,
+    render_prompt,
+)
+from dsmlkit.server.reasoning_store import Restored
+from dsmlkit.server.reqlog import RequestRecord, log_event
+from dsmlkit.server.response_store import save
+from dsmlkit.server.restore import restore_history
+from dsmlkit.server.state import ServedModel, ServerState, client_keys, record_of, state_of
+from dsmlkit.server.state_store import StateStoreUnavailable
+
+LOGGER = logging.getLogger("dsmlkit.server")
+T = TypeVar("T")
+
+router = APIRouter()
+
+#: How a request that lost its client is recorded (error type, message).
+_DISCONNECTED = ("client_disconnected", "the client went away; the upstream request was closed")
+#: Answers whose ``max_tokens`` was lowered to fit the context say so, with the value sent.
+CLAMPED_HEADER = "x-dsmlkit-max-tokens-clamped"
+#: Request bodies at least this large are read and rendered in a worker thread (off the
+#: event loop); smaller ones cost less than the hop.
+_THREADED_BODY_BYTES = 64 * 1024
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    return await answer(request, CHAT)
+
+
+@router.post("/v1/messages")
+async def messages(request: Request) -> Response:
+    return await answer(request, MESSAGES)
+
+
+@router.post("/v1/responses")
+async def responses(request: Request) -> Response:
+    return await answer(request, RESPONSES)
+
+
+async def answer(request: Request, adapter: ApiAdapter) -> Response:
+    """One gateway request, stage by stage (see the module docstring)."""
+    state, record = state_of(request), record_of(request)
+    sent, size = await read_json(request)
+    model = resolve_model(state, sent)
+    restored = await restore(state, adapter, sent, record)
+    req = await off_loop(size, read_request, state, adapter, model, restored.body)
+    record.stream, record.model, record.parsed = req.stream, model.name, True
+    key = _upstream_key(state, request)
+    plan = await plan_upstream(state, model, req, restored.body, key[0], size, record)
+    record.prompt_tokens = plan.prompt_tokens
+    upstream = Upstream(state.upstream(), state.endpoint(model), key)
+    await upstream.open(plan, record)
+    headers = _clamp_note(plan, model, record)
+    outcome = Outcome()
+    events = fold(upstream, plan, record, outcome, state.reasoning, restored.conversation)
+    started = Answer(
+        id=adapter.new_response_id(),
+        created=int(time.time()),
+        sign_thinking=partial(state.reasoning.signer.sign, model=req.model),
+        sealer=state.keys,
+    )
+
+    async def remember(response: dict[str, Any]) -> None:
+        """Store a Responses answer's turn (a store failure is logged, not fatal)."""
+        if not adapter.keeps_responses:
+            return
+        try:
+            await save(state.reasoning, sent, response, restored.links)
+        except StateStoreUnavailable as exc:
+            record.state_error = exc.message
+
+    if req.stream:
+        usage = Usage(plan.prompt_tokens, 0) if plan.prompt_tokens is not None else None
+        writer = adapter.open_stream(req, replace(started, usage=usage))
+        return StreamingResponse(
+            _stream_body(state, writer, events, outcome, record, remember),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no", **headers},
+            # runs after the last byte, after a disconnect, even if the body never started
+            background=BackgroundTask(upstream.finish, record),
+        )
+
+    async def collect() -> dict[str, Any]:
+        collector = MessageCollector()
+        try:
+            async with aclosing(events) as batches:
+                async for batch in batches:
+                    for part in batch:
+                        collector.add(part)
+        finally:
+            await upstream.finish(record)
+        msg = collector.message()
+        record.diagnostics |= kinds(response_diagnostics(msg, req))  # see kinds
+        ended = replace(started, usage=outcome.usage, stop_sequence=outcome.stop_sequence)
+        return adapter.respond(msg, req.model, ended, req)
+
+    result = await _cancel_on_disconnect(request, collect, record)
+    if result is None:
+        return Response(status_code=499)  # nobody is listening any more
+    await remember(result)
+    return JSONResponse(result, headers=headers)
+
+
+# --- the stages the render routes share ------------------------------------------------
+
+
+def resolve_model(state: ServerState, body: Any) -> ServedModel:
+    """Stage 2: the served model a request body names (see :meth:`ServerState.model_for`)."""
+    return state.model_for(body.get("model") if isinstance(body, dict) else None)
+
+
+async def restore(
+    state: ServerState, adapter: ApiAdapter, body: Any, record: RequestRecord
+) -> Restored:
+    """Stage 3: the body with its stored history, dropped reasoning and the model's own
+    words put back, noted on the request's record."""
+    restored = await restore_history(state.reasoning, state.keys, adapter, body)
+    record.history_changed = restored.changed
+    record.reasoning_restored, record.state_error = restored.reasoning, restored.error
+    return restored
+
+
+def read_request(
+    state: ServerState, adapter: ApiAdapter, model: ServedModel, body: Any
+) -> ChatRequest:
+    """Stage 4: the typed request; caller mistakes raise ``InvalidRequest`` at once."""
+    context = ReadContext(model.dialect, state.keys, state.render_cache)
+    return adapter.read(body, context)
+
+
+async def off_loop(size: int, work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)``, in a worker thread for a body of ``size`` bytes or more."""
+    if size < _THREADED_BODY_BYTES:
+        return work(*args)
+    return await anyio.to_thread.run_sync(work, *args)
+
+
+async def plan_upstream(
+    state: ServerState,
+    model: ServedModel,
+    req: ChatRequest,
+    body: Any,
+    key: str | None,
+    size: int,
+    record: RequestRecord,
+) -> UpstreamPlan:
+    """Stage 5: what goes upstream for ``--upstream-api`` (the completions prompt is
+    rendered here and its length asked of the engine when only text is sent)."""
+    if model.config.upstream_api != "completions":
+        return chat_plan(model, req, body)
+    prompt: Prompt = await off_loop(size, render_prompt, state, model, req)
+    asked = time.perf_counter()
+    prompt_tokens = await prompt_length(state, prompt, key)
+    record.upstream_wait = time.perf_counter() - asked  # the engine's /tokenize count
+    return completions_plan(prompt, prompt_tokens)
+
+
+# --- helpers of the stages ---------------------------------------------------------------
+
+
+def _upstream_key(state: ServerState, request: Request) -> UpstreamKey:
+    """The upstream's own key if configured; else, on an open server, the client's key
+    (and whether it is the client's)."""
+    if state.config.upstream_api_key is not None or state.config.api_key is not None:
+        return state.config.upstream_api_key, False
+    offered = client_keys(request.headers)
+    return (offered[0], True) if offered else (None, False)
+
+
+def _clamp_note(plan: UpstreamPlan, model: ServedModel, record: RequestRecord) -> dict[str, str]:
+    """The note on a ``max_tokens`` lowered to what the context leaves after the prompt
+    (``--max-tokens-policy clamp``): a log line, and the header for the answer."""
+    requested, sent = plan.req.max_tokens, plan.upstream_body.get("max_tokens")
+    if requested is None or not isinstance(sent, int) or sent >= requested:
+        return {}
+    note = {
+        "event": "max_tokens_clamped",
+        "request": record.id,
+        "requested": requested,
+        "sent": sent,
+        "prompt_tokens": plan.prompt_tokens,
+        "max_model_len": model.max_model_len,
+    }
+    log_event(LOGGER, logging.WARNING, f"max_tokens {requested} clamped to {sent}", note)
+    return {CLAMPED_HEADER: str(sent)}
+
+
+async def _stream_body(
+    state: ServerState,
+    writer: StreamWriter,
+    events: AsyncGenerator[list[list[Event]], None],
+    outcome: Outcome,
+    record: RequestRecord,
+    remember: Callable[[dict[str, Any]], Awaitable[None]],
+) -> AsyncIterator[str]:
+    """The SSE body: frames as events arrive; an error event if the upstream fails or the
+    server stops before the stream ends. A finished Responses ``response`` is kept
+    (``remember``) before its last event goes out."""
+    scope = state.open_stream_scope()
+    try:
+        yield "".join(writer.start())
+        with scope:
+            async with aclosing(events) as batches:
+                async for batch in batches:
+                    # one write per read of the upstream body, one feed per upstream choice
+                    written = "".join([frame for part in batch for frame in writer.feed(part)])
+                    if written:
+                        yield written
+        if scope.cancelled_caught:
+            err = ApiError.for_status(503, "the server is shutting down; the answer was cut off")
+            record.fail("shutdown", err.message)
+            yield "".join(writer.fail(err, record.id))
+            return
+        finished = writer.finish(outcome.usage, outcome.stop_sequence)
+        if writer.response is not None:
+            await remember(writer.response)
+        yield "".join(finished)
+        record.diagnostics |= kinds(writer.diagnostics)  # see kinds
+    except UpstreamError as exc:
+        err = upstream_api_error(exc)
+        record.fail(err.type, err.message)
+        yield "".join(writer.fail(err, record.id))
+    except anyio.get_cancelled_exc_class():
+        record.fail(*_DISCONNECTED)
+        raise
+    except Exception as exc:  # a bug must still end the stream with an error event
+        LOGGER.exception("request %s: streaming failed", record.id)
+        err = ApiError.for_status(500, f"internal error: {type(exc).__name__}")
+        record.fail(err.type, str(exc))
+        yield "".join(writer.fail(err, record.id))
+    finally:
+        state.close_stream_scope(scope)
+
+
+async def _cancel_on_disconnect(
+    request: Request, work: Callable[[], Awaitable[T]], record: RequestRecord
+) -> T | None:
+    """Run ``work``; if the client disconnects first, cancel it and return None."""
+    results: list[T] = []
+    failures: list[Exception] = []
+    async with anyio.create_task_group() as group:
+
+        async def watch() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            record.fail(*_DISCONNECTED)
+            group.cancel_scope.cancel()
+
+        group.start_soon(watch)
+        try:
+            results.append(await work())
+        except Exception as exc:  # re-raised below, outside the task group
+            failures.append(exc)
+        group.cancel_scope.cancel()
+    if failures:
+        raise failures[0]
+    return results[0] if results else None
