@@ -1,7 +1,8 @@
 """State-store benchmark: what the reasoning round trip costs a request, per store.
 
 For an agent-loop history of N assistant tool-call turns that all dropped their reasoning,
-it times :meth:`ReasoningMemory.restore` (one batched lookup, the body rebuilt) and
+it times the restore stage on the typed request (``dsmlkit.server.restore.restore``: one
+batched lookup, the conversation rebuilt) and
 :meth:`ReasoningMemory.remember` (one batched write), against the memory store, a SQLite
 file and a real Redis (a private ``redis-server`` on a free loopback port, when it is on
 PATH). The baseline is the same history with its reasoning kept (its calls are still looked
@@ -47,18 +48,21 @@ sys.path.insert(0, str(ROOT))
 from tests.server.fake_engine import FakeEngine, Reply  # noqa: E402
 from tests.server.loopback import serve_in_thread  # noqa: E402
 
+from dsmlkit.api import ChatRequest, parse_request  # noqa: E402
 from dsmlkit.parse import ReasoningDelta, ToolCallEnd  # noqa: E402
+from dsmlkit.server.model_turns import Digests  # noqa: E402
 from dsmlkit.server.reasoning_store import (  # noqa: E402
     AnswerTracker,
     ReasoningMemory,
     ThinkingSigner,
 )
+from dsmlkit.server.restore import restore  # noqa: E402
 from dsmlkit.server.state_store import StateStore, open_store  # noqa: E402
 
 REASONING = "I should look at the file before editing it. " * 20  # ~900 characters
 
 
-def history(turns: int, keep_reasoning: bool) -> dict[str, Any]:
+def history(turns: int, keep_reasoning: bool) -> ChatRequest:
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Fix the bug."}]
     for turn in range(turns):
         call_id = f"call_{turn:024d}"
@@ -67,7 +71,7 @@ def history(turns: int, keep_reasoning: bool) -> dict[str, Any]:
         if keep_reasoning:
             assistant["reasoning_content"] = REASONING
         messages += [assistant, {"role": "tool", "tool_call_id": call_id, "content": "ok"}]
-    return {"model": "m", "messages": messages}
+    return parse_request("openai", {"model": "m", "messages": messages})
 
 
 def answer(call_id: str) -> AnswerTracker:
@@ -96,25 +100,26 @@ def row(name: str, samples: list[float]) -> str:
 async def bench_store(store: StateStore, turns: int, rounds: int) -> list[str]:
     memory = ReasoningMemory(store, ThinkingSigner())
     ids = [f"call_{turn:024d}" for turn in range(turns)]
+    none = Digests(())
     for call_id in ids:
-        await memory.remember(answer(call_id))
+        await memory.remember(answer(call_id), none)
     dropped = history(turns, keep_reasoning=False)
-    restored = await memory.restore("openai", dropped)
+    restored = await restore(memory, dropped)
     assert (restored.reasoning, restored.error) == (turns, None), restored
-    assert restored.body["messages"][1]["reasoning_content"] == REASONING
+    assert restored.req.conversation.messages[1].reasoning == REASONING
     kept = history(turns, keep_reasoning=True)
     lines = [
         row(
             "restore, reasoning kept (baseline)",
-            await timed(rounds, lambda: memory.restore("openai", kept)),
+            await timed(rounds, lambda: restore(memory, kept)),
         ),
         row(
             f"restore {turns} dropped turns",
-            await timed(rounds, lambda: memory.restore("openai", dropped)),
+            await timed(rounds, lambda: restore(memory, dropped)),
         ),
         row(
             "remember one answer (1 call)",
-            await timed(rounds, lambda: memory.remember(answer(ids[0]))),
+            await timed(rounds, lambda: memory.remember(answer(ids[0]), none)),
         ),
     ]
     await store.aclose()

@@ -10,8 +10,12 @@ from typing import Any
 import anyio
 import pytest
 
+from dsmlkit.api import SealError
+from dsmlkit.api.adapters import ReadContext, adapter_for
 from dsmlkit.parse import ReasoningDelta, ToolCallEnd
+from dsmlkit.server.model_turns import Digests
 from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory, ThinkingSigner
+from dsmlkit.server.restore import Restored, restore
 from dsmlkit.server.sealing import KeyRing
 from dsmlkit.server.state_store import (
     MemoryStore,
@@ -207,59 +211,88 @@ def anthropic_body(thinking: dict[str, Any] | None, call_id: str = TOOLU_1) -> d
     }
 
 
+def _verifies(signer: ThinkingSigner, thinking: str, signature: str, model: str) -> bool:
+    try:
+        return signer.open(signature, model) == thinking
+    except SealError:
+        return False
+
+
 def test_signatures_bind_the_text_the_model_and_the_key_ring() -> None:
     signer = ThinkingSigner(KeyRing([b"s" * 32]))
     signature = signer.sign("thought", "m")
     assert signature.startswith("dsmlkit-t2.") and signature != signer.sign("thought", "m")
-    assert signer.verify("thought", signature, "m")
-    assert not signer.verify("thought.", signature, "m")
-    assert not signer.verify("thought", signature, "other-model")
-    assert not ThinkingSigner(KeyRing([b"o" * 32])).verify("thought", signature, "m")
-    assert ThinkingSigner(KeyRing([b"o" * 32, b"s" * 32])).verify("thought", signature, "m")
+    assert _verifies(signer, "thought", signature, "m")
+    assert not _verifies(signer, "thought.", signature, "m")
+    assert not _verifies(signer, "thought", signature, "other-model")
+    assert not _verifies(ThinkingSigner(KeyRing([b"o" * 32])), "thought", signature, "m")
+    assert _verifies(ThinkingSigner(KeyRing([b"o" * 32, b"s" * 32])), "thought", signature, "m")
     reasoning_token = signer.ring.seal("thought", "m")  # a Responses token is no signature
-    assert not signer.verify("thought", reasoning_token, "m")
-    assert not signer.verify("thought", "ünïcode", "m")  # never raises on client input
-    assert not signer.verify(None, signature, "m")
-    assert not signer.verify("thought", signature, None)
+    assert not _verifies(signer, "thought", reasoning_token, "m")
+    assert not _verifies(signer, "thought", "ünïcode", "m")  # never raises on client input
 
 
-def test_restore_never_changes_the_callers_body() -> None:
+def _restored(mem: ReasoningMemory, api: str, body: dict[str, Any]) -> Restored:
+    """``body`` read as the gateway reads it (signatures checked), then restored."""
+    context = ReadContext("v4.1", signatures=mem.signer)
+    restored: Restored = run(restore, mem, adapter_for(api).read({"model": "m", **body}, context))  # type: ignore[arg-type]
+    return restored
+
+
+def test_restore_never_changes_the_request_read() -> None:
     mem = memory()
-    run(mem.remember, answer([CALL_1], "why"))
+    run(mem.remember, answer([CALL_1], "why"), Digests(()))
     call = {"id": CALL_1, "type": "function", "function": {"name": "f", "arguments": "{}"}}
-    body = {"messages": [{"role": "assistant", "content": None, "tool_calls": [call]}]}
-    restored = run(mem.restore, "openai", body)
-    assert (restored.reasoning, restored.error) == (1, None)
-    assert restored.body["messages"][0]["reasoning_content"] == "why"
-    assert "reasoning_content" not in body["messages"][0]
+    body = {
+        "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [call]}]
+    }
+    read = adapter_for("openai").read({"model": "m", **body}, ReadContext("v4.1"))
+    restored = run(restore, mem, read)
+    assert (restored.reasoning, restored.error, restored.put_back) == (1, None, True)
+    assert restored.req.conversation.messages[1].reasoning == "why"
+    assert read.conversation.messages[1].reasoning is None
 
 
-@pytest.mark.parametrize(
-    "body",
-    [None, [], {"messages": "x"}, {"messages": [1, {"role": "assistant", "content": 5}]}],
-)
-def test_restore_leaves_bodies_of_any_shape_to_the_reader(body: Any) -> None:
-    restored = run(memory().restore, "anthropic", body)
-    assert (restored.body, restored.reasoning, restored.error) == (body, 0, None)
+def test_restore_without_known_calls_gives_the_request_as_read() -> None:
+    read = adapter_for("anthropic").read(
+        {"model": "m", "max_tokens": 5, **anthropic_body(None)}, ReadContext("v4.1")
+    )
+    restored = run(restore, memory(), read)
+    assert (restored.req, restored.reasoning, restored.error, restored.put_back) == (
+        read,
+        0,
+        None,
+        False,
+    )
 
 
 def test_a_signed_anthropic_turn_needs_no_store() -> None:
     mem = memory()
+    run(mem.remember, answer([TOOLU_1], "stored"), Digests(()))
     block = {"type": "thinking", "thinking": "mine", "signature": mem.signer.sign("mine", "m")}
-    assert run(mem.restore, "anthropic", {"model": "m", **anthropic_body(block)}).reasoning == 0
+    restored = _restored(mem, "anthropic", {"max_tokens": 5, **anthropic_body(block)})
+    assert restored.reasoning == 0
+    assert restored.req.conversation.messages[1].reasoning == "mine"
 
 
 def test_redacted_thinking_is_replaced_by_the_stored_reasoning() -> None:
     mem = memory()
-    run(mem.remember, answer([TOOLU_1], "stored"))
+    run(mem.remember, answer([TOOLU_1], "stored"), Digests(()))
     body = anthropic_body({"type": "redacted_thinking", "data": "opaque"})
-    restored = run(mem.restore, "anthropic", body)
+    restored = _restored(mem, "anthropic", {"max_tokens": 5, **body})
     assert restored.reasoning == 1
-    content = restored.body["messages"][1]["content"]
-    assert content[0]["thinking"] == "stored" and mem.signer.verify(
-        "stored", content[0]["signature"], ""
-    )
-    assert [b["type"] for b in content] == ["thinking", "tool_use"]
+    turn = restored.req.conversation.messages[1]
+    assert (turn.reasoning, turn.reasoning_trusted) == ("stored", True)
+    assert [call.id for call in turn.tool_calls] == [TOOLU_1]
+
+
+def test_a_forged_signature_is_replaced_by_the_stored_reasoning() -> None:
+    mem = memory()
+    run(mem.remember, answer([TOOLU_1], "stored"), Digests(()))
+    forged = {"type": "thinking", "thinking": "mine", "signature": mem.signer.sign("other", "m")}
+    restored = _restored(mem, "anthropic", {"max_tokens": 5, **anthropic_body(forged)})
+    assert restored.reasoning == 1
+    assert restored.req.conversation.messages[1].reasoning == "stored"
 
 
 def test_remember_with_a_dead_store_returns_the_error_and_logs_once(
@@ -268,8 +301,8 @@ def test_remember_with_a_dead_store_returns_the_error_and_logs_once(
     mem = ReasoningMemory(RedisStore(f"redis://127.0.0.1:{free_port()}/0"), ThinkingSigner())
 
     async def twice() -> None:
-        assert await mem.remember(answer([CALL_1], "why"))
-        assert await mem.remember(answer([CALL_2], "why"))
+        assert await mem.remember(answer([CALL_1], "why"), Digests(()))
+        assert await mem.remember(answer([CALL_2], "why"), Digests(()))
 
     with caplog.at_level("WARNING", logger="dsmlkit.server"):
         anyio.run(twice)
@@ -277,17 +310,30 @@ def test_remember_with_a_dead_store_returns_the_error_and_logs_once(
     assert len(events) == 1 and "state_store_unavailable" in events[0]
 
 
-def test_calls_of_gives_what_the_model_wrote_for_known_call_ids() -> None:
+def test_calls_gives_what_the_model_wrote_for_known_call_ids() -> None:
     mem = memory()
     one, two, three, unknown = (f"call_{n:024d}" for n in range(4))
+    none = Digests(())
 
     async def test() -> None:
-        await mem.remember(answer([one, two], "both"))
-        await mem.remember(answer([three], ""))  # no reasoning to give back
-        found, error = await mem.calls_of([two, three, unknown])
+        await mem.remember(answer([one, two], "both"), none)
+        await mem.remember(answer([three], ""), none)  # no reasoning to give back
+        keys = {i: key for i in (two, three, unknown) if (key := none.key(i)) is not None}
+        found, error = await mem.calls(keys)
         assert error is None and sorted(found) == [two, three]
         assert (found[two].reasoning, found[three].reasoning) == ("both", "")
-        await mem.remember(answer(["call_0"], "numbered ids repeat across conversations"))
-        assert await mem.calls_of(["call_0"]) == ({}, None)  # without a conversation
+        # numbered ids repeat across conversations: keyed with the conversation before them
+        conversation = Digests(
+            adapter_for("openai")
+            .read(
+                {"model": "m", "messages": [{"role": "user", "content": "q"}]}, ReadContext("v4.1")
+            )
+            .conversation.messages
+        )
+        await mem.remember(answer(["call_0"], "numbered"), conversation)
+        key, elsewhere = conversation.key("call_0"), none.key("call_0")
+        assert key is not None and elsewhere is not None and key != elsewhere
+        assert (await mem.calls({"x": key}))[0]["x"].reasoning == "numbered"
+        assert await mem.calls({"x": elsewhere}) == ({}, None)  # another conversation's
 
     anyio.run(test)

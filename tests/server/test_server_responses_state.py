@@ -17,12 +17,15 @@ import openai
 import pytest
 from openai.types.responses import Response
 
+from dsmlkit.api import parse_request
 from dsmlkit.dialects import V4_1
 from dsmlkit.errors import ApiError, InvalidRequest
 from dsmlkit.parse import ReasoningDelta, ToolCallEnd
 from dsmlkit.server import response_store
+from dsmlkit.server.model_turns import Digests
 from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory, ThinkingSigner
 from dsmlkit.server.response_store import LINKS, save, with_history
+from dsmlkit.server.restore import restore
 from dsmlkit.server.state_store import MemoryStore, SqliteStore
 from tests.helpers import write_block
 from tests.server.conftest import Gateway
@@ -148,7 +151,7 @@ def test_a_store_outage_is_a_503_naming_the_param(tmp_path: Path) -> None:
     memory = ReasoningMemory(store, ThinkingSigner())
     body = {"model": "m", "input": "Again", "previous_response_id": "resp_0123456789abcdef"}
     with pytest.raises(ApiError) as caught:
-        anyio.run(with_history, memory, memory.signer.ring, body)
+        anyio.run(with_history, memory, body)
     assert (caught.value.status, caught.value.param) == (503, "previous_response_id")
 
 
@@ -171,7 +174,7 @@ def _saved_chain(memory: ReasoningMemory, turns: int) -> list[str]:
             body["previous_response_id"] = ids[-1]
         answer = {"type": "message", "role": "assistant", "content": f"Answer {turn}."}
         ids.append(f"resp_{turn:04d}")
-        links = anyio.run(with_history, memory, memory.signer.ring, body).links
+        links = anyio.run(with_history, memory, body)[1]
         anyio.run(save, memory, body, {"id": ids[-1], "output": [answer]}, links)
     return ids
 
@@ -185,12 +188,7 @@ def test_a_chain_is_read_back_oldest_first_in_batches_of_links() -> None:
     memory = ReasoningMemory(store, ThinkingSigner())
     ids = _saved_chain(memory, 40)
     store.reads = 0
-    body = anyio.run(
-        with_history,
-        memory,
-        memory.signer.ring,
-        {"input": "Next?", "previous_response_id": ids[-1]},
-    ).body
+    body = anyio.run(with_history, memory, {"input": "Next?", "previous_response_id": ids[-1]})[0]
     expected = [text for t in range(40) for text in (f"Question {t}?", f"Answer {t}.")]
     assert _said(body["input"]) == [*expected, "Next?"]
     assert store.reads == 1 + math.ceil(39 / LINKS)  # the newest turn, then batches of links
@@ -217,12 +215,12 @@ def test_a_missing_link_or_a_chain_too_long_is_a_400_naming_the_param(
     body = {"input": "Next?", "previous_response_id": ids[-1]}
     monkeypatch.setattr(response_store, "MAX_CHAIN", 4)
     with pytest.raises(InvalidRequest, match="more than 4 responses") as caught:
-        anyio.run(with_history, memory, memory.signer.ring, body)
+        anyio.run(with_history, memory, body)
     assert caught.value.param == "previous_response_id"
     monkeypatch.undo()
     anyio.run(store.put_many, {"response:" + ids[1]: "[]"}, 0.0)  # expired
     with pytest.raises(InvalidRequest, match=f"earlier response '{ids[1]}'") as caught:
-        anyio.run(with_history, memory, memory.signer.ring, body)
+        anyio.run(with_history, memory, body)
     assert (caught.value.status, caught.value.param) == (400, "previous_response_id")
 
 
@@ -232,7 +230,7 @@ def test_a_whole_conversation_stored_before_links_is_still_read() -> None:
     old = [{"type": "message", "role": "user", "content": "Old question?"}]
     anyio.run(store.put_many, {"response:resp_old": json.dumps(old)})
     body = {"input": "Next?", "previous_response_id": "resp_old"}
-    assert _said(anyio.run(with_history, memory, memory.signer.ring, body).body["input"]) == [
+    assert _said(anyio.run(with_history, memory, body)[0]["input"]) == [
         "Old question?",
         "Next?",
     ]
@@ -244,7 +242,7 @@ def test_a_responses_turn_gets_its_reasoning_and_arguments_from_one_read_of_its_
     call_id = "call_" + "7" * 24
     tracker = AnswerTracker()
     tracker.add([ReasoningDelta("Look it up."), ToolCallEnd(0, call_id, "f", {"a": 1}, '{"a": 1}')])
-    anyio.run(memory.remember, tracker)
+    anyio.run(memory.remember, tracker, Digests(()))
     echoed = {"type": "function_call", "call_id": call_id, "name": "f", "arguments": '{ "a":1 }'}
     body = {
         "model": "m",
@@ -254,20 +252,18 @@ def test_a_responses_turn_gets_its_reasoning_and_arguments_from_one_read_of_its_
             {"type": "function_call_output", "call_id": call_id, "output": "ok"},
         ],
     }
+    read = parse_request("responses", body)
     store.reads = 0
-    restored = anyio.run(with_history, memory, memory.signer.ring, body)
+    restored = anyio.run(restore, memory, read)
     assert store.reads == 1
     assert restored.reasoning == 1
-    items = restored.body["input"]
-    assert [item.get("type", "message") for item in items] == [
-        "message",
-        "reasoning",
-        "function_call",
-        "function_call_output",
-    ]
-    assert items[1]["content"] == [{"type": "reasoning_text", "text": "Look it up."}]
-    assert items[2]["arguments"] == '{"a": 1}'  # the model's own text
-    assert body["input"][1] is echoed and echoed["arguments"] == '{ "a":1 }'  # not modified
+    messages = restored.req.conversation.messages
+    assert [m.role for m in messages] == ["user", "assistant", "tool"]
+    assert messages[1].reasoning == "Look it up."
+    (call,) = messages[1].tool_calls
+    assert call.arguments_text == '{"a": 1}'  # the model's own text
+    assert read.conversation.messages[1].reasoning is None  # the request read is not modified
+    assert read.conversation.messages[1].tool_calls[0].arguments_text == '{ "a":1 }'  # as sent
 
 
 def test_saving_a_turn_reads_nothing_its_links_came_with_the_history() -> None:
@@ -275,7 +271,7 @@ def test_saving_a_turn_reads_nothing_its_links_came_with_the_history() -> None:
     memory = ReasoningMemory(store, ThinkingSigner())
     ids = _saved_chain(memory, 3)
     body = {"input": "Next?", "previous_response_id": ids[-1]}
-    links = anyio.run(with_history, memory, memory.signer.ring, body).links
+    links = anyio.run(with_history, memory, body)[1]
     assert links == [ids[2], ids[1], ids[0]]
     store.reads = 0
     answer = {"type": "message", "role": "assistant", "content": "Fine."}

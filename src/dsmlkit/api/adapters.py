@@ -42,11 +42,13 @@ from dsmlkit.render.conversation import Tool, read_tools
 @dataclass(frozen=True)
 class ReadContext:
     """What a request reader may use besides the body: the dialect, the ``sealer`` that
-    opens sealed reasoning and checks thinking signatures, the caller's ``cache``."""
+    opens sealed Responses reasoning, the caller's ``cache``, and ``signatures``, which
+    checks Anthropic thinking-block signatures."""
 
     dialect: str | Dialect
     sealer: Sealer | None = None
     cache: RenderCache | None = None
+    signatures: Sealer | None = None
 
 
 @dataclass(frozen=True)
@@ -227,7 +229,9 @@ MESSAGES = ApiAdapter(
     name="anthropic",
     response_id_prefix="msg_",
     call_id_prefix="toolu_",
-    read_body=lambda body, c: parse_anthropic_request(body, dialect=c.dialect),
+    read_body=lambda body, c: parse_anthropic_request(
+        body, dialect=c.dialect, signatures=c.signatures
+    ),
     read_tool_list=lambda field: read_anthropic_tools(field, [])[0],
     respond=_messages_response,
     open_stream=_messages_stream,

@@ -26,6 +26,7 @@ from dsmlkit.api.common import (
     response_diagnostics,
 )
 from dsmlkit.api.fields import Field
+from dsmlkit.api.seal import Sealer, SealError
 from dsmlkit.api.sse import TextFrames, json_string, sse_anthropic
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
@@ -76,15 +77,23 @@ STOP_REASONS: dict[FinishReason, str] = {
 # --- requests --------------------------------------------------------------------------
 
 
-def parse_anthropic_request(body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT) -> ChatRequest:
-    """Validate a Messages body and convert it; raises :class:`InvalidRequest` (400)."""
+def parse_anthropic_request(
+    body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT, signatures: Sealer | None = None
+) -> ChatRequest:
+    """Validate a Messages body and convert it; raises :class:`InvalidRequest` (400).
+
+    ``signatures`` checks the signatures of thinking blocks (sealed for the body's model):
+    an assistant turn whose thinking blocks are not all validly signed, or that has a
+    ``redacted_thinking`` block, gets ``reasoning_trusted`` false. Without it, thinking
+    text is read as sent.
+    """
     root = request_root(body)
     model = root["model"].nonempty_string()
     resolved = resolve_dialect(dialect)
     max_tokens = root["max_tokens"].integer(minimum=1)
     sampling: dict[str, Any] = {}
     notes: list[str] = []
-    reader = _Conversation(notes)
+    reader = _Conversation(notes, signatures, model)
     tools, server_tools = read_anthropic_tools(root["tools"], notes, reader.cached)
     messages: list[Message] = []
     system = reader.system_text(root["system"]) if root["system"].present else ""
@@ -183,8 +192,10 @@ def _tool_use(block: Field) -> HistoryCall:
 class _Conversation:
     """Converts ``messages`` in order into typed messages (tool results one message each)."""
 
-    def __init__(self, notes: list[str]) -> None:
+    def __init__(self, notes: list[str], signatures: Sealer | None, model: str) -> None:
         self._notes = notes
+        self._signatures = signatures
+        self._model = model
         #: Paths of the blocks that carry ``cache_control`` (it changes nothing here).
         self.cached: list[str] = []
 
@@ -251,15 +262,18 @@ class _Conversation:
         texts: list[str] = []
         reasoning: list[str] = []
         calls: list[HistoryCall] = []
+        trusted = True
         for block in blocks:
             kind = self.block_type(block)
             if kind == "text":
                 texts.append(block["text"].string())
             elif kind == "thinking":
                 reasoning.append(block["thinking"].string())
+                trusted = trusted and self._signed(block, reasoning[-1])
             elif kind == "tool_use":
                 calls.append(_tool_use(block))
             elif kind == "redacted_thinking" or _is_server_block(kind):
+                trusted = trusted and kind != "redacted_thinking"
                 self._note_dropped(block, kind)
             else:
                 raise block.error(f"{kind!r} blocks are not supported in assistant messages")
@@ -271,7 +285,18 @@ class _Conversation:
             (TextPart(text),) if text or empty else (),
             reasoning="".join(reasoning) if reasoning else None,
             tool_calls=check_call_ids(calls, content.path),
+            reasoning_trusted=trusted or self._signatures is None,
         )
+
+    def _signed(self, block: Field, thinking: str) -> bool:
+        """Whether a thinking block's signature seals exactly its text for the model."""
+        signature = block["signature"].value
+        if self._signatures is None or not isinstance(signature, str):
+            return False
+        try:
+            return self._signatures.open(signature, self._model) == thinking
+        except SealError:
+            return False
 
     def _user(self, where: str, content: Field) -> list[Message]:
         blocks = self._blocks(content)

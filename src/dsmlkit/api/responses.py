@@ -279,8 +279,7 @@ class _Input:
             if kind == "message":
                 messages += self._message(item)
             elif kind == "reasoning":
-                reasoning = self._reasoning_text(item)
-                messages.append(Message(item.path, "assistant", reasoning=reasoning))
+                messages.append(self._reasoning(item))
             elif kind == "function_call":
                 messages.append(Message(item.path, "assistant", tool_calls=(self._call(item),)))
             elif kind == "function_call_output":
@@ -306,26 +305,31 @@ class _Input:
         allowed = ("input_text", "input_image") if role == "user" else ("input_text",)
         return [Message(item.path, role, _parts(content, allowed), plain=plain)]
 
-    def _reasoning_text(self, item: Field) -> str:
+    def _reasoning(self, item: Field) -> Message:
         """The sealed reasoning when its token opens here; else the item as sent (the text
-        in the clear, ``content``, else its summary): never a mix of both."""
+        in the clear, ``content``, else its summary), never a mix of both, and not trusted
+        when it held a token that did not open."""
         sealed = item["encrypted_content"]
         if sealed.present:
             token = sealed.string()
             why = "no sealer here"
             if self._sealer is not None:
                 try:
-                    return self._sealer.open(token, self._model)
+                    text = self._sealer.open(token, self._model)
+                    return Message(item.path, "assistant", reasoning=text, reasoning_sealed=True)
                 except SealError as exc:
                     why = str(exc)
             self._notes.append(f"{sealed.path}: not opened ({why}); the item is used as sent")
+        trusted = not sealed.present
         content = item["content"]
-        if content.present and content.array():
-            return "".join(part["text"].string() for part in content.array())
         summary = item["summary"]
-        if summary.present:
-            return "\n\n".join(part["text"].string() for part in summary.array())
-        return ""
+        if content.present and content.array():
+            text = "".join(part["text"].string() for part in content.array())
+        elif summary.present:
+            text = "\n\n".join(part["text"].string() for part in summary.array())
+        else:
+            text = ""
+        return Message(item.path, "assistant", reasoning=text, reasoning_trusted=trusted)
 
     def _call(self, item: Field) -> HistoryCall:
         name = tool_name(item["name"].value, item["name"].path)
@@ -341,7 +345,8 @@ class _Input:
         if not given.present:
             raise given.error('is required: the call\'s arguments as JSON text ("{}" for none)')
         arguments = history_arguments(given.value, given.path, self._notes)
-        return HistoryCall(call_id, name, arguments)
+        text = given.value if isinstance(given.value, str) else None
+        return HistoryCall(call_id, name, arguments, text)
 
     def _output(self, item: Field) -> list[Message]:
         """One tool message and, for images, a user message right after it."""

@@ -152,7 +152,10 @@ class Message:
     ``plain`` records that the content was one string (kept so in the chat form).
     ``prefix`` marks a final assistant message the model is to continue (chat prefix
     completion). ``id_param`` is where the request names a tool result's call (default
-    ``param.tool_call_id``).
+    ``param.tool_call_id``). ``reasoning_trusted`` is false when the reasoning came in a
+    form the reader was asked to verify and could not (an Anthropic thinking block without
+    a valid signature, a sealed Responses token that did not open); ``reasoning_sealed``
+    when it came sealed and opened (a client that sent a token need not be shown its text).
     """
 
     param: str
@@ -170,6 +173,8 @@ class Message:
     plain: bool = False
     prefix: bool = False
     id_param: str | None = None
+    reasoning_trusted: bool = True
+    reasoning_sealed: bool = False
 
     def text(self) -> str:
         """The text parts joined with blank lines (for roles that hold text only)."""
@@ -402,6 +407,8 @@ def _merge_assistants(messages: Sequence[Message]) -> list[Message]:
             tool_calls=previous.tool_calls + message.tool_calls,
             wo_eos=message.wo_eos,
             prefix=message.prefix,
+            reasoning_trusted=previous.reasoning_trusted and message.reasoning_trusted,
+            reasoning_sealed=previous.reasoning_sealed or message.reasoning_sealed,
         )
     return merged
 

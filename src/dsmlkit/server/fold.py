@@ -20,7 +20,7 @@ from dsmlkit.api import Usage
 from dsmlkit.errors import UpstreamError
 from dsmlkit.parse import Diagnostic, Event, OutputEnd
 from dsmlkit.server.forced import HELD_BACK, CallGate, cut_ending, missing_call
-from dsmlkit.server.model_turns import Conversation
+from dsmlkit.server.model_turns import Digests
 from dsmlkit.server.plan import UpstreamPlan
 from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory
 from dsmlkit.server.reqlog import RequestRecord, log_event
@@ -96,11 +96,11 @@ async def fold(
     record: RequestRecord,
     outcome: Outcome,
     memory: ReasoningMemory,
-    conversation: Conversation,
+    digests: Digests,
 ) -> AsyncGenerator[list[list[Event]], None]:
     """Parser events for the upstream's streams, ending with the close() events; what the
-    model wrote is remembered under its call ids (in ``conversation``) before the last
-    events go out.
+    model wrote is remembered under its call ids (short ones with the ``digests`` of the
+    conversation it continues) before the last events go out.
 
     Yields batches: the event lists (one per upstream choice that made any) of one read of
     the upstream body, so that what arrived together is written together; each list stays
@@ -168,7 +168,7 @@ async def fold(
         raise UpstreamError("broken", refused)
     record.prompt_tokens = outcome.usage.prompt_tokens
     record.completion_tokens = outcome.usage.completion_tokens
-    record.state_error = await memory.remember(answer, conversation) or record.state_error
+    record.state_error = await memory.remember(answer, digests) or record.state_error
     yield [final]
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from dsmlkit.api import ParseOptions, parse_options
+from dsmlkit.api import ChatRequest, ParseOptions, parse_options
 from dsmlkit.api.adapters import CHAT, MESSAGES, RESPONSES, Answer, ApiAdapter, adapter_for
 from dsmlkit.dialects import BOS
 from dsmlkit.errors import InvalidRequest
@@ -18,8 +19,9 @@ from dsmlkit.render import RenderResult
 from dsmlkit.render.tokens import PromptTokenizer
 from dsmlkit.server.jsonbody import read_json
 from dsmlkit.server.metrics import CONTENT_TYPE
-from dsmlkit.server.pipeline import off_loop, read_request, resolve_model, restore
+from dsmlkit.server.pipeline import off_loop, read_request, resolve_model, restore_state
 from dsmlkit.server.plan import Prompt, prompt_length, render_prompt
+from dsmlkit.server.restore import history
 from dsmlkit.server.state import ServedModel, ServerState, record_of, state_of
 
 router = APIRouter()
@@ -44,7 +46,7 @@ async def _object(request: Request) -> tuple[dict[str, Any], int]:
 async def _prompt(
     state: ServerState, model: ServedModel, adapter: ApiAdapter, body: Any, size: int
 ) -> Prompt:
-    """The pipeline's typed request and plan stages for a body whose state is restored."""
+    """The pipeline's typed request and plan stages for a body with no state to restore."""
     req = await off_loop(size, read_request, state, adapter, model, body)
     return await off_loop(size, render_prompt, state, model, req)
 
@@ -136,12 +138,14 @@ async def _render(request: Request, adapter: ApiAdapter) -> dict[str, Any]:
     counts the real prompt.
     """
     state, record = state_of(request), record_of(request)
-    body, size = await read_json(request)
-    model = resolve_model(state, body)
+    sent, size = await read_json(request)
+    model = resolve_model(state, sent)
     record.model = model.name
-    restored = await restore(state, adapter, body, record)
-    prepared = await _prompt(state, model, adapter, restored.body, size)
-    req, result = prepared.req, prepared.result
+    body, _ = await history(state.reasoning, adapter, sent)
+    read = await off_loop(size, read_request, state, adapter, model, body)
+    req = (await restore_state(state, read, record)).req
+    prepared = await off_loop(size, render_prompt, state, model, req)
+    result = prepared.result
     notes = prepared.notes
     betas = request.headers.get(adapter.beta_header) if adapter.beta_header else None
     if betas:
@@ -150,14 +154,14 @@ async def _render(request: Request, adapter: ApiAdapter) -> dict[str, Any]:
     if ids is not None:
         record.prompt_tokens = len(ids)
     shown, shown_ids = prepared, ids
-    if restored.sealed:
-        redacted = _redacted(restored.body, restored.sealed)
-        shown = await _prompt(state, model, adapter, redacted, size)
+    sealed = [m.param for m in req.conversation.messages if m.reasoning_sealed]
+    if sealed:
+        shown = await off_loop(size, render_prompt, state, model, _redacted(req))
         shown_ids = None
         notes.append(
-            f"sealed reasoning is shown as {SEALED_MARKER!r} (input items "
-            f"{', '.join(map(str, restored.sealed))}) and token_ids are left out; the "
-            "engine gets the reasoning itself, which prompt_tokens counts"
+            f"sealed reasoning is shown as {SEALED_MARKER!r} ({', '.join(sealed)}) and "
+            "token_ids are left out; the engine gets the reasoning itself, which "
+            "prompt_tokens counts"
         )
     return {
         "request_id": adapter.new_response_id(),
@@ -189,14 +193,13 @@ def _special_spans(result: RenderResult, prompt: str) -> list[list[int]] | None:
     return spans
 
 
-def _redacted(body: dict[str, Any], sealed: tuple[int, ...]) -> dict[str, Any]:
-    """A Responses body with the reasoning of the ``sealed`` input items replaced by
-    :data:`SEALED_MARKER`."""
-    items = list(body["input"])
-    for index in sealed:
-        kept = {k: v for k, v in items[index].items() if k != "encrypted_content"}
-        items[index] = {**kept, "content": [{"type": "reasoning_text", "text": SEALED_MARKER}]}
-    return {**body, "input": items}
+def _redacted(req: ChatRequest) -> ChatRequest:
+    """``req`` with the reasoning that came sealed replaced by :data:`SEALED_MARKER`."""
+    messages = tuple(
+        replace(m, reasoning=SEALED_MARKER) if m.reasoning_sealed else m
+        for m in req.conversation.messages
+    )
+    return replace(req, conversation=replace(req.conversation, messages=messages))
 
 
 @router.post("/tokenize")

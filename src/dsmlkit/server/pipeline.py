@@ -5,9 +5,10 @@ Each stage is a function of the previous stage's value, and each lives in its ow
 
 1. **read body** — strict JSON (:mod:`.jsonbody`);
 2. **resolve model** — the served model the body names (:class:`.state.ServerState`);
-3. **restore state** — the stored Responses history, dropped reasoning and the model's own
-   words put back (:mod:`.restore`);
-4. **typed request** — the API's reader (:class:`~dsmlkit.api.adapters.ApiAdapter`);
+3. **typed request** — a Responses body's stored history in front of its input, then the
+   API's reader (:class:`~dsmlkit.api.adapters.ApiAdapter`);
+4. **restore state** — dropped reasoning and the model's own words put back on the typed
+   conversation (:mod:`.restore`);
 5. **plan** — the prompt or chat body, ``max_tokens``, forced calls (:mod:`.plan`);
 6. **upstream** and **fold** — the upstream request(s) and the events they become, through
    the call gate, remembered at the end (:mod:`.fold`);
@@ -56,10 +57,9 @@ from dsmlkit.server.plan import (
     prompt_length,
     render_prompt,
 )
-from dsmlkit.server.reasoning_store import Restored
 from dsmlkit.server.reqlog import RequestRecord, log_event
 from dsmlkit.server.response_store import save
-from dsmlkit.server.restore import restore_history
+from dsmlkit.server.restore import Restored, history, restore
 from dsmlkit.server.state import ServedModel, ServerState, client_keys, record_of, state_of
 from dsmlkit.server.state_store import StateStoreUnavailable
 
@@ -97,17 +97,19 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
     state, record = state_of(request), record_of(request)
     sent, size = await read_json(request)
     model = resolve_model(state, sent)
-    restored = await restore(state, adapter, sent, record)
-    req = await off_loop(size, read_request, state, adapter, model, restored.body)
+    body, links = await history(state.reasoning, adapter, sent)
+    read = await off_loop(size, read_request, state, adapter, model, body)
+    restored = await restore_state(state, read, record)
+    req = restored.req
     record.stream, record.model, record.parsed = req.stream, model.name, True
     key = _upstream_key(state, request)
-    plan = await plan_upstream(state, model, req, restored.body, key[0], size, record)
+    plan = await plan_upstream(state, model, restored, body, key[0], size, record)
     record.prompt_tokens = plan.prompt_tokens
     upstream = Upstream(state.upstream(), state.endpoint(model), key)
     await upstream.open(plan, record)
     headers = _clamp_note(plan, model, record)
     outcome = Outcome()
-    events = fold(upstream, plan, record, outcome, state.reasoning, restored.conversation)
+    events = fold(upstream, plan, record, outcome, state.reasoning, restored.digests)
     started = Answer(
         id=adapter.new_response_id(),
         created=int(time.time()),
@@ -120,7 +122,7 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
         if not adapter.keeps_responses:
             return
         try:
-            await save(state.reasoning, sent, response, restored.links)
+            await save(state.reasoning, sent, response, links)
         except StateStoreUnavailable as exc:
             record.state_error = exc.message
 
@@ -164,23 +166,22 @@ def resolve_model(state: ServerState, body: Any) -> ServedModel:
     return state.model_for(body.get("model") if isinstance(body, dict) else None)
 
 
-async def restore(
-    state: ServerState, adapter: ApiAdapter, body: Any, record: RequestRecord
-) -> Restored:
-    """Stage 3: the body with its stored history, dropped reasoning and the model's own
-    words put back, noted on the request's record."""
-    restored = await restore_history(state.reasoning, state.keys, adapter, body)
-    record.history_changed = restored.changed
-    record.reasoning_restored, record.state_error = restored.reasoning, restored.error
-    return restored
-
-
 def read_request(
     state: ServerState, adapter: ApiAdapter, model: ServedModel, body: Any
 ) -> ChatRequest:
-    """Stage 4: the typed request; caller mistakes raise ``InvalidRequest`` at once."""
-    context = ReadContext(model.dialect, state.keys, state.render_cache)
+    """Stage 3: the typed request; caller mistakes raise ``InvalidRequest`` at once."""
+    signatures = state.reasoning.signer
+    context = ReadContext(model.dialect, state.keys, state.render_cache, signatures)
     return adapter.read(body, context)
+
+
+async def restore_state(state: ServerState, req: ChatRequest, record: RequestRecord) -> Restored:
+    """Stage 4: dropped reasoning and the model's own words put back on the typed
+    request, noted on the request's record."""
+    restored = await restore(state.reasoning, req)
+    record.history_changed = restored.changed
+    record.reasoning_restored, record.state_error = restored.reasoning, restored.error
+    return restored
 
 
 async def off_loop(size: int, work: Callable[..., T], *args: Any) -> T:
@@ -193,7 +194,7 @@ async def off_loop(size: int, work: Callable[..., T], *args: Any) -> T:
 async def plan_upstream(
     state: ServerState,
     model: ServedModel,
-    req: ChatRequest,
+    restored: Restored,
     body: Any,
     key: str | None,
     size: int,
@@ -201,8 +202,9 @@ async def plan_upstream(
 ) -> UpstreamPlan:
     """Stage 5: what goes upstream for ``--upstream-api`` (the completions prompt is
     rendered here and its length asked of the engine when only text is sent)."""
+    req = restored.req
     if model.config.upstream_api != "completions":
-        return chat_plan(model, req, body)
+        return chat_plan(model, req, body, restored.put_back)
     prompt: Prompt = await off_loop(size, render_prompt, state, model, req)
     asked = time.perf_counter()
     prompt_tokens = await prompt_length(state, prompt, key)

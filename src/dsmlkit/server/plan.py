@@ -180,10 +180,16 @@ def _length_of(
     return first_tokens + len(prompt[len(first) :].encode())
 
 
-def chat_plan(model: ServedModel, req: ChatRequest, body: Any) -> UpstreamPlan:
-    """The plan for a hosted ``/v1/chat/completions``: a chat body as it came (Chat
-    Completions, history restored) or converted."""
-    upstream_body = dict(body) if req.adapter.chat_form else to_openai_chat_body(req)
+def chat_plan(model: ServedModel, req: ChatRequest, body: Any, restored: bool) -> UpstreamPlan:
+    """The plan for a hosted ``/v1/chat/completions``: a Chat Completions body as it came
+    (its messages those of the typed conversation when state was ``restored`` into it), any
+    other converted."""
+    if req.adapter.chat_form:
+        upstream_body = dict(body)
+        if restored:
+            upstream_body["messages"] = req.conversation.chat_messages()
+    else:
+        upstream_body = to_openai_chat_body(req)
     upstream_body.update(stream=True, stream_options={"include_usage": True})
     if model.engine_model is not None:
         upstream_body["model"] = model.engine_model

@@ -15,10 +15,8 @@ response that expired or was evicted) or one longer than :data:`MAX_CHAIN`; a st
 cannot be reached is a 503, since the request cannot be answered with the conversation it
 names.
 
-Function calls this gateway issued that come back without trusted reasoning (no reasoning
-item in their turn, or one whose sealed ``encrypted_content`` does not open here) get the
-reasoning the gateway remembered for their call ids (:class:`ReasoningMemory`); a turn
-the store does not know is read as sent (the reader then notes the token it cannot open).
+Dropped reasoning and the model's own words are put back on the typed request, as for
+the other APIs (:mod:`.restore`).
 """
 
 from __future__ import annotations
@@ -27,9 +25,7 @@ import json
 from typing import Any
 
 from dsmlkit.errors import ApiError, InvalidRequest
-from dsmlkit.server.model_turns import Conversation, ModelCall, reconcile_function
-from dsmlkit.server.reasoning_store import ReasoningMemory, Restored
-from dsmlkit.server.sealing import KeyRing
+from dsmlkit.server.reasoning_store import ReasoningMemory
 from dsmlkit.server.state_store import StateStoreUnavailable
 
 _KEY_PREFIX = "response:"
@@ -38,49 +34,18 @@ _KEY_PREFIX = "response:"
 LINKS = 16
 #: The longest chain ``previous_response_id`` follows (responses).
 MAX_CHAIN = 1000
-#: Items of the assistant's side of a turn (they are one turn when consecutive).
-_ASSISTANT_ITEMS = ("reasoning", "function_call")
 
 
-async def with_history(memory: ReasoningMemory, keys: KeyRing, body: Any) -> Restored:
-    """``body`` with the conversation its ``previous_response_id`` names in front of its
-    ``input``, dropped reasoning put back and the model's own arguments in its
-    ``function_call`` items (one store read of the calls serves both); ``sealed``: the
-    ``input`` items whose sealed reasoning opens with ``keys`` (the reader opens them;
-    tokens stay as sent, so a stored conversation keeps them sealed).
-
-    Bodies of an unexpected shape are left to the reader; the caller's body is not modified.
-    """
-    links: list[str] = []
-    if isinstance(body, dict) and isinstance(body.get("previous_response_id"), str):
-        history, links = await _conversation(memory, body["previous_response_id"])
-        body = {**body, "input": [*history, *_items(body)]}
-    result = Restored(body, Conversation("responses", body), links=links)
-    items = body.get("input") if isinstance(body, dict) else None
-    if not isinstance(items, list):
-        return result
-    found, result.error = await memory.calls_of(i["call_id"] for i in items if _is_call(i))
-    restored, result.reasoning, result.sealed = _restore_reasoning(
-        keys, body.get("model"), items, found
-    )
-    restored = [
-        reconcile_function(item, found[item["call_id"]], result.changed)
-        if _is_call(item) and item["call_id"] in found
-        else item
-        for item in restored
-    ]
-    if len(restored) != len(items) or any(a is not b for a, b in zip(restored, items, strict=True)):
-        result.body = {**body, "input": restored}
-    return result
-
-
-def _is_call(item: Any) -> bool:
-    """A ``function_call`` item with a call id."""
-    return (
-        isinstance(item, dict)
-        and item.get("type") == "function_call"
-        and isinstance(item.get("call_id"), str)
-    )
+async def with_history(memory: ReasoningMemory, body: Any) -> tuple[Any, list[str]]:
+    """``(body, links)``: ``body`` with the conversation its ``previous_response_id`` names
+    in front of its ``input`` (the reader reads the two as one list: results answer calls
+    across them), and the earlier responses a turn stored after this request links, nearest
+    first. Bodies of an unexpected shape are left to the reader; the caller's body is not
+    modified."""
+    if not (isinstance(body, dict) and isinstance(body.get("previous_response_id"), str)):
+        return body, []
+    history, links = await _conversation(memory, body["previous_response_id"])
+    return {**body, "input": [*history, *_items(body)]}, links
 
 
 async def save(
@@ -88,7 +53,7 @@ async def save(
 ) -> None:
     """Store the turn ``response`` ends when the request asked for it (``store``, default
     true): ``body`` is the request as the client sent it, ``links`` the earlier responses
-    :func:`with_history` found for it (``Restored.links``). Raises
+    :func:`with_history` found for it. Raises
     :class:`StateStoreUnavailable`."""
     if not isinstance(body, dict) or body.get("store") is False:
         return
@@ -158,65 +123,3 @@ def _missing(response_id: str, linked: str) -> str:
         f"response {linked!r} of its conversation is no longer stored (expired or evicted); "
         "send the conversation as input"
     )
-
-
-def _restore_reasoning(
-    keys: KeyRing, model: object, items: list[Any], found: dict[str, ModelCall]
-) -> tuple[list[Any], int, tuple[int, ...]]:
-    """``(items, restored, sealed)``: each assistant turn with function calls but no
-    trusted reasoning item gets the reasoning ``found`` (the store) has for one of its call
-    ids (in place of a reasoning item whose token does not open, else in front of the
-    turn); ``sealed``: where the items whose token opens now are."""
-    opens = {
-        index: keys.try_open(item["encrypted_content"], model) is not None
-        for index, item in enumerate(items)
-        if isinstance(item, dict) and item.get("type") == "reasoning"
-        if "encrypted_content" in item
-    }
-    dropped: list[tuple[list[int], list[str]]] = []  # (the turn's items, its call ids)
-    for turn in _assistant_turns(items):
-        ids = [items[i]["call_id"] for i in turn if _is_call(items[i])]
-        reasoned = [i for i in turn if items[i].get("type") == "reasoning"]
-        if ids and (not reasoned or not all(opens.get(i, True) for i in reasoned)):
-            dropped.append((turn, ids))
-    replaced: dict[int, Any] = {}  # item index → the item in its place
-    inserted: dict[int, Any] = {}  # item index → the item put in front of it
-    for turn, ids in dropped:
-        reasoning = next(
-            (found[i].reasoning for i in ids if i in found and found[i].reasoning), None
-        )
-        if reasoning is None:
-            continue
-        text = [{"type": "reasoning_text", "text": reasoning}]
-        broken = next((i for i in turn if opens.get(i) is False), None)
-        if broken is None:
-            inserted[turn[0]] = {"type": "reasoning", "summary": [], "content": text}
-        else:
-            kept = {k: v for k, v in items[broken].items() if k != "encrypted_content"}
-            replaced[broken] = {**kept, "content": text}
-    restored: list[Any] = []
-    sealed: list[int] = []
-    for index, item in enumerate(items):
-        if index in inserted:
-            restored.append(inserted[index])
-        if opens.get(index):
-            sealed.append(len(restored))
-        restored.append(replaced.get(index, item))
-    return restored, len(inserted) + len(replaced), tuple(sealed)
-
-
-def _assistant_turns(items: list[Any]) -> list[list[int]]:
-    """The indices of each run of consecutive assistant-side items (one assistant turn)."""
-    turns: list[list[int]] = []
-    previous = False
-    for index, item in enumerate(items):
-        kind = item.get("type", "message") if isinstance(item, dict) else None
-        assistant = kind in _ASSISTANT_ITEMS or (
-            kind == "message" and isinstance(item, dict) and item.get("role") == "assistant"
-        )
-        if assistant and previous:
-            turns[-1].append(index)
-        elif assistant:
-            turns.append([index])
-        previous = assistant
-    return turns

@@ -1,26 +1,98 @@
-"""The restore stage: a request's stored state put back before it is answered.
+"""The restore stage: a request's stored state put back on its typed conversation.
 
-A Responses request gets the conversation its ``previous_response_id`` names
-(:mod:`.response_store`); every request gets the reasoning its client dropped and the
-model's own words in the turns the gateway answered (:mod:`.reasoning_store`,
-:mod:`.model_turns`).
+Before the read, a Responses body gets the conversation its ``previous_response_id``
+names (:func:`history`, from :mod:`.response_store`): the reader must see the whole list,
+since results answer calls across it. After the read, :func:`restore` works on the typed
+:class:`~dsmlkit.render.conversation.Conversation`, whichever API it came in: every
+assistant turn with calls the gateway issued gets
+
+* the reasoning the gateway remembered for them when the turn has none, or only reasoning
+  the reader could not verify (``reasoning_trusted`` false: an Anthropic thinking block
+  without the gateway's signature, a sealed Responses token that does not open here);
+* the model's own words where the client did not really change them
+  (:func:`.model_turns.reconcile`).
+
+A store that cannot be reached restores nothing: the request is answered as sent and the
+error noted (see :mod:`.reasoning_store`).
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dsmlkit.api import ChatRequest
 from dsmlkit.api.adapters import ApiAdapter
-from dsmlkit.server.reasoning_store import ReasoningMemory, Restored
+from dsmlkit.render.conversation import Message
+from dsmlkit.server.model_turns import Digests, ModelCall, reconcile
+from dsmlkit.server.reasoning_store import ReasoningMemory
 from dsmlkit.server.response_store import with_history
-from dsmlkit.server.sealing import KeyRing
 
 
-async def restore_history(
-    memory: ReasoningMemory, keys: KeyRing, adapter: ApiAdapter, body: Any
-) -> Restored:
-    """``body`` with its history, dropped reasoning and the model's own words put back
-    (before it is read), the same for the gateway and the render routes."""
-    if adapter.keeps_responses:
-        return await with_history(memory, keys, body)
-    return await memory.restore(adapter.name, body)
+@dataclass
+class Restored:
+    """A typed request with its state put back, and what was done."""
+
+    req: ChatRequest
+    #: The conversation's digests, for short call ids: the same for the request as sent and
+    #: as restored (roles, texts and call ids do not change), so one serves the whole request.
+    digests: Digests
+    #: Assistant turns whose dropped reasoning was put back.
+    reasoning: int = 0
+    #: What the client really changed in the model's turns (used as sent): ``call``,
+    #: ``content``, ``reasoning``.
+    changed: Counter[str] = field(default_factory=Counter)
+    #: Why the store could not be used, if it could not.
+    error: str | None = None
+    #: Whether anything was put back (``req`` is not the request as read).
+    put_back: bool = False
+
+
+async def history(memory: ReasoningMemory, adapter: ApiAdapter, body: Any) -> tuple[Any, list[str]]:
+    """``(body, links)``: a Responses body with its stored conversation in front of its
+    input, and the responses a turn stored after it links (other APIs: as sent, none)."""
+    if not adapter.keeps_responses:
+        return body, []
+    return await with_history(memory, body)
+
+
+async def restore(memory: ReasoningMemory, req: ChatRequest) -> Restored:
+    """``req`` with dropped reasoning and the model's own words put back (see the module
+    docstring); ``req`` itself is not changed."""
+    messages = req.conversation.messages
+    digests = Digests(messages)
+    turns = [i for i, m in enumerate(messages) if m.role == "assistant" and m.tool_calls]
+    keys = {
+        (i, call.id): key
+        for i in turns
+        for call in messages[i].tool_calls
+        if call.id is not None and (key := digests.key(call.id, i)) is not None
+    }
+    found, error = await memory.calls(keys)
+    result = Restored(req, digests, error=error)
+    if not found:
+        return result
+    restored = list(messages)
+    for i in turns:
+        calls = {
+            call.id: found[i, call.id]
+            for call in messages[i].tool_calls
+            if call.id is not None and (i, call.id) in found
+        }
+        restored[i] = _restored_turn(messages[i], calls, result)
+    conversation = replace(req.conversation, messages=tuple(restored))
+    result.req = replace(req, conversation=conversation)
+    result.put_back = True
+    return result
+
+
+def _restored_turn(message: Message, calls: dict[str, ModelCall], result: Restored) -> Message:
+    if not calls:
+        return message
+    reasoning = next((c.reasoning for c in calls.values() if c.reasoning), None)
+    dropped = not message.reasoning or not message.reasoning_trusted
+    if dropped and reasoning is not None:
+        message = replace(message, reasoning=reasoning, reasoning_trusted=True)
+        result.reasoning += 1
+    return reconcile(message, calls, result.changed)
