@@ -24,15 +24,13 @@ from dsmlkit.server.model_turns import Digests
 from dsmlkit.server.plan import UpstreamPlan
 from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory
 from dsmlkit.server.reqlog import RequestRecord, log_event
-from dsmlkit.server.upstream import UpstreamClient, UpstreamStream
+from dsmlkit.server.state import Route
+from dsmlkit.server.upstream import UpstreamStream
 
 LOGGER = logging.getLogger("dsmlkit.server")
 
 #: Engine finish reasons that mean the output did not end normally.
 _ABORTED = ("abort", "error")
-
-#: The key sent upstream, and whether it is the client's own (forwarded).
-UpstreamKey = tuple[str | None, bool]
 
 
 @dataclass
@@ -47,10 +45,8 @@ class Upstream:
     """The upstream requests of one answer, one open at a time (a forced call in thinking
     mode takes two); ``fell_back``: the first was refused and the fallback body sent."""
 
-    def __init__(self, client: UpstreamClient, endpoint: str, key: UpstreamKey) -> None:
-        self._client = client
-        self._endpoint = endpoint
-        self._key = key
+    def __init__(self, route: Route) -> None:
+        self._route = route
         self._streams: list[UpstreamStream] = []
         self.fell_back = False
 
@@ -71,8 +67,10 @@ class Upstream:
         await self._send(body)
 
     async def _send(self, body: dict[str, Any]) -> None:
-        key, forwarded = self._key
-        stream = await self._client.open_stream(self._endpoint, body, key, clients_key=forwarded)
+        route = self._route
+        stream = await route.client.open_stream(
+            route.endpoint, body, route.key, clients_key=route.forwarded
+        )
         self._streams.append(stream)
 
     @property

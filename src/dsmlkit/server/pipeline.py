@@ -4,7 +4,8 @@ through an upstream, as one pipeline that reads top to bottom.
 Each stage is a function of the previous stage's value, and each lives in its own module:
 
 1. **read body** — strict JSON (:mod:`.jsonbody`);
-2. **resolve model** — the served model the body names (:class:`.state.ServerState`);
+2. **route** — the served model the body names, its upstream and the key sent
+   (:meth:`.state.ServerState.route`);
 3. **typed request** — a Responses body's stored history in front of its input, then the
    API's reader (:class:`~dsmlkit.api.adapters.ApiAdapter`);
 4. **restore state** — dropped reasoning and the model's own words put back on the typed
@@ -47,7 +48,7 @@ from dsmlkit.api.adapters import (
 from dsmlkit.errors import ApiError, UpstreamError
 from dsmlkit.parse import Event, MessageCollector
 from dsmlkit.server.apis import upstream_api_error
-from dsmlkit.server.fold import Outcome, Upstream, UpstreamKey, fold, kinds
+from dsmlkit.server.fold import Outcome, Upstream, fold, kinds
 from dsmlkit.server.jsonbody import read_json
 from dsmlkit.server.plan import (
     Prompt,
@@ -60,7 +61,7 @@ from dsmlkit.server.plan import (
 from dsmlkit.server.reqlog import RequestRecord, log_event
 from dsmlkit.server.response_store import save
 from dsmlkit.server.restore import Restored, history, restore
-from dsmlkit.server.state import ServedModel, ServerState, client_keys, record_of, state_of
+from dsmlkit.server.state import ServedModel, ServerState, record_of, state_of
 from dsmlkit.server.state_store import StateStoreUnavailable
 
 LOGGER = logging.getLogger("dsmlkit.server")
@@ -96,16 +97,16 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
     """One gateway request, stage by stage (see the module docstring)."""
     state, record = state_of(request), record_of(request)
     sent, size = await read_json(request)
-    model = resolve_model(state, sent)
+    route = state.route(sent.get("model") if isinstance(sent, dict) else None, request.headers)
+    model = route.model
     body, links = await history(state.reasoning, adapter, sent)
     read = await off_loop(size, read_request, state, adapter, model, body)
     restored = await restore_state(state, read, record)
     req = restored.req
     record.stream, record.model, record.parsed = req.stream, model.name, True
-    key = _upstream_key(state, request)
-    plan = await plan_upstream(state, model, restored, body, key[0], size, record)
+    plan = await plan_upstream(state, model, restored, body, route.key, size, record)
     record.prompt_tokens = plan.prompt_tokens
-    upstream = Upstream(state.upstream(), state.endpoint(model), key)
+    upstream = Upstream(route)
     await upstream.open(plan, record)
     headers = _clamp_note(plan, model, record)
     outcome = Outcome()
@@ -213,15 +214,6 @@ async def plan_upstream(
 
 
 # --- helpers of the stages ---------------------------------------------------------------
-
-
-def _upstream_key(state: ServerState, request: Request) -> UpstreamKey:
-    """The upstream's own key if configured; else, on an open server, the client's key
-    (and whether it is the client's)."""
-    if state.config.upstream_api_key is not None or state.config.api_key is not None:
-        return state.config.upstream_api_key, False
-    offered = client_keys(request.headers)
-    return (offered[0], True) if offered else (None, False)
 
 
 def _clamp_note(plan: UpstreamPlan, model: ServedModel, record: RequestRecord) -> dict[str, str]:

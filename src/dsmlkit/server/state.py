@@ -167,6 +167,20 @@ class ServerState:
             f"the model {name!r} is not served here; use one of: {listed}", "model", status=404
         )
 
+    def route(self, name: Any, headers: Mapping[str, str]) -> Route:
+        """Where a gateway request naming the model ``name`` goes (a 404 for an unknown
+        model or a server with no upstream), and with which key: the upstream's own if
+        configured, else, on an open server, the client's (forwarded)."""
+        model = self.model_for(name)
+        endpoint = self.endpoint(model)
+        if self.config.upstream_api_key is not None or self.config.api_key is not None:
+            key: str | None = self.config.upstream_api_key
+            forwarded = False
+        else:
+            offered = client_keys(headers)
+            key, forwarded = (offered[0], True) if offered else (None, False)
+        return Route(model, endpoint, self.upstream(), key, forwarded)
+
     def upstream(self) -> UpstreamClient:
         """The upstream client (made on first use)."""
         if self._upstream is None:
@@ -246,6 +260,18 @@ class ServerState:
         """The app stops: close the upstream client and the state store."""
         await self.close_upstream()
         await self.reasoning.store.aclose()
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one gateway request goes: its model, the upstream endpoint and client, and
+    the key sent (``forwarded``: the client's own)."""
+
+    model: ServedModel
+    endpoint: str
+    client: UpstreamClient
+    key: str | None
+    forwarded: bool
 
 
 def client_keys(headers: Mapping[str, str]) -> list[str]:
