@@ -13,7 +13,9 @@ from openai.types.shared import ErrorObject
 
 from dsmlkit.api import (
     ApiError,
+    InvalidRequest,
     anthropic_error_body,
+    api_error,
     convert_output,
     openai_error_body,
     parse_anthropic_request,
@@ -64,11 +66,12 @@ def oai_call(call_id: str, name: str = "Read", arguments: str = "{}") -> dict[st
 
 
 def rejects(api: str, body: dict[str, Any]) -> ApiError:
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(InvalidRequest) as caught:
         parse_request(api, body)  # type: ignore[arg-type]
-    assert caught.value.status == 400
-    assert caught.value.type == "invalid_request_error"
-    return caught.value
+    err = api_error(caught.value)
+    assert err.status == 400
+    assert err.type == "invalid_request_error"
+    return err
 
 
 # --- Anthropic -------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from openai.types.shared import ErrorObject
 
 from dsmlkit.api import (
     ApiError,
+    api_error,
     openai_error_body,
     parse_request,
     parse_responses_request,
@@ -543,9 +544,9 @@ def test_a_function_call_without_arguments_is_a_400_naming_it() -> None:
 
 
 def rejects(request: Any, **kwargs: Any) -> ApiError:
-    with pytest.raises(ApiError) as caught:
+    with pytest.raises(InvalidRequest) as caught:
         parse_responses_request(request, **kwargs)
-    err = caught.value
+    err = api_error(caught.value)
     assert (err.status, err.type) == (400, "invalid_request_error")
     ErrorObject.model_validate(openai_error_body(err)["error"])
     return err
@@ -706,4 +707,4 @@ def test_any_body_is_read_or_refused_with_a_400(fields: dict[str, Any]) -> None:
         req = parse_responses_request({"model": "m", "input": "x", **fields}, sealer=SEALER)
         render_conversation(req.conversation, req.render)
     except InvalidRequest as exc:
-        assert exc.status == 400
+        assert api_error(exc).status == 400

@@ -86,7 +86,8 @@ def test_every_raise_is_a_dsmlkit_error(name: str) -> None:
 
 def test_the_hierarchy_is_split_by_whose_fault() -> None:
     from dsmlkit.cli import InputFileError
-    from dsmlkit.errors import CallerError, InternalError, UpstreamError
+    from dsmlkit.errors import CallerError, InternalError
+    from dsmlkit.server.errors import UpstreamError
     from dsmlkit.server.state_store import StateStoreUnavailable
 
     assert issubclass(InputFileError, CallerError)

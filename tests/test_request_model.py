@@ -6,16 +6,10 @@ from typing import Any
 
 import pytest
 
-from dsmlkit.api import parse_options, parse_request
-from dsmlkit.errors import (
-    ApiError,
-    CallerError,
-    DsmlkitError,
-    InvalidRequest,
-    UpstreamError,
-    UsageError,
-)
+from dsmlkit.api import ApiError, api_error, parse_options, parse_request
+from dsmlkit.errors import CallerError, DsmlkitError, InvalidRequest, UsageError
 from dsmlkit.render import render, render_conversation
+from dsmlkit.server.errors import UpstreamError
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "shell", "arguments": "{}"}}
 TOOLS = [{"type": "function", "function": {"name": "shell", "parameters": {"type": "object"}}}]
@@ -102,8 +96,14 @@ def test_parse_options_read_tools_as_the_request_reader_does() -> None:
 
 def test_one_error_hierarchy() -> None:
     err = InvalidRequest("bad", "messages[0]")
-    assert isinstance(err, ApiError) and isinstance(err, CallerError)
-    assert (err.status, err.type, str(err)) == (400, "invalid_request_error", "messages[0]: bad")
+    assert isinstance(err, CallerError) and not isinstance(err, ApiError)
+    assert not hasattr(err, "status")  # the core's errors speak no HTTP; the API layer does
+    answered = api_error(err)
+    assert (answered.status, answered.type, str(answered)) == (
+        400,
+        "invalid_request_error",
+        "messages[0]: bad",
+    )
     assert isinstance(ApiError.for_status(401, "no key"), InvalidRequest)
     assert not isinstance(ApiError.for_status(502, "down"), CallerError)
     for cls in (UpstreamError, UsageError, ApiError):

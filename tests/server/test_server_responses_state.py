@@ -17,9 +17,9 @@ import openai
 import pytest
 from openai.types.responses import Response
 
-from dsmlkit.api import parse_request
+from dsmlkit.api import ApiError, api_error, parse_request
 from dsmlkit.dialects import V4_1
-from dsmlkit.errors import ApiError, InvalidRequest
+from dsmlkit.errors import InvalidRequest
 from dsmlkit.parse import ReasoningDelta, ToolCallEnd
 from dsmlkit.server import response_store
 from dsmlkit.server.model_turns import Digests
@@ -221,7 +221,7 @@ def test_a_missing_link_or_a_chain_too_long_is_a_400_naming_the_param(
     anyio.run(store.put_many, {"response:" + ids[1]: "[]"}, 0.0)  # expired
     with pytest.raises(InvalidRequest, match=f"earlier response '{ids[1]}'") as caught:
         anyio.run(with_history, memory, body)
-    assert (caught.value.status, caught.value.param) == (400, "previous_response_id")
+    assert (api_error(caught.value).status, caught.value.param) == (400, "previous_response_id")
 
 
 def test_a_whole_conversation_stored_before_links_is_still_read() -> None:

@@ -14,7 +14,13 @@ from dsmlkit.api.common import (
     check_tool_choice,
     response_diagnostics,
 )
-from dsmlkit.api.errors import anthropic_error_body, openai_error_body
+from dsmlkit.api.errors import (
+    ApiError,
+    ClientError,
+    anthropic_error_body,
+    api_error,
+    openai_error_body,
+)
 from dsmlkit.api.openai import OpenAIStream, openai_response, parse_openai_request
 from dsmlkit.api.request import (
     call_id_factory,
@@ -31,7 +37,7 @@ from dsmlkit.api.responses import (
 )
 from dsmlkit.api.seal import Sealer, SealError
 from dsmlkit.api.sse import SSE_DONE, sse_anthropic, sse_event, sse_openai
-from dsmlkit.errors import ApiError, InvalidRequest
+from dsmlkit.errors import InvalidRequest
 
 __all__ = [
     "ADAPTERS",
@@ -43,6 +49,7 @@ __all__ = [
     "ApiAdapter",
     "ApiError",
     "ChatRequest",
+    "ClientError",
     "InvalidRequest",
     "OpenAIStream",
     "ParseOptions",
@@ -54,6 +61,7 @@ __all__ = [
     "adapter_for",
     "anthropic_error_body",
     "anthropic_response",
+    "api_error",
     "call_id_factory",
     "check_tool_choice",
     "convert_output",

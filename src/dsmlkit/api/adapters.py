@@ -20,7 +20,7 @@ from dsmlkit.api.anthropic import (
     read_anthropic_tools,
 )
 from dsmlkit.api.common import Api, ChatRequest, Usage
-from dsmlkit.api.errors import anthropic_error_body, openai_error_body
+from dsmlkit.api.errors import ApiError, anthropic_error_body, api_error, openai_error_body
 from dsmlkit.api.fields import Field
 from dsmlkit.api.openai import OpenAIStream, openai_response, parse_openai_request
 from dsmlkit.api.responses import (
@@ -33,7 +33,7 @@ from dsmlkit.api.responses import (
 from dsmlkit.api.seal import Sealer
 from dsmlkit.api.sse import sse_anthropic, sse_openai
 from dsmlkit.dialects import Dialect
-from dsmlkit.errors import ApiError, CallerError
+from dsmlkit.errors import CallerError, InvalidRequest
 from dsmlkit.parse import Diagnostic, Event, ParsedMessage
 from dsmlkit.render import RenderCache
 from dsmlkit.render.conversation import Tool, read_tools
@@ -97,7 +97,7 @@ class ApiAdapter:
     read_tool_list: Callable[[Field], Sequence[Tool]]
     respond: Callable[[ParsedMessage, str, Answer, ChatRequest | None], dict[str, Any]]
     open_stream: Callable[[ChatRequest, Answer], StreamWriter]
-    envelope: Callable[[ApiError, str], dict[str, Any]]
+    envelope: Callable[[ApiError, str | None], dict[str, Any]]
     keeps_responses: bool = False
     chat_form: bool = False
     beta_header: str | None = None
@@ -121,9 +121,12 @@ class ApiAdapter:
         prefix = self.call_id_prefix
         return lambda: prefix + make_token()
 
-    def error_body(self, err: ApiError, request_id: str) -> dict[str, Any]:
-        """``err`` in this API's error envelope."""
-        return self.envelope(err, request_id)
+    def error_body(
+        self, err: ApiError | InvalidRequest, request_id: str | None = None
+    ) -> dict[str, Any]:
+        """``err`` in this API's error envelope (with the server's ``request_id`` where the
+        API carries one)."""
+        return self.envelope(api_error(err), request_id)
 
 
 class _SseStream(Protocol):
@@ -235,7 +238,11 @@ MESSAGES = ApiAdapter(
     read_tool_list=lambda field: read_anthropic_tools(field, [])[0],
     respond=_messages_response,
     open_stream=_messages_stream,
-    envelope=lambda err, request_id: {**anthropic_error_body(err), "request_id": request_id},
+    envelope=lambda err, request_id: (
+        anthropic_error_body(err)
+        if request_id is None
+        else {**anthropic_error_body(err), "request_id": request_id}
+    ),
     beta_header="anthropic-beta",
 )
 

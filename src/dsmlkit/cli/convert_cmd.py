@@ -15,7 +15,8 @@ import json
 import sys
 from typing import Any
 
-from dsmlkit.api import anthropic_error_body, convert_output, openai_error_body, parse_request
+from dsmlkit.api import convert_output, parse_request
+from dsmlkit.api.adapters import ADAPTERS, adapter_for
 from dsmlkit.cli import (
     DIALECT_HELP,
     DIALECT_METAVAR,
@@ -29,13 +30,7 @@ from dsmlkit.cli import (
     read_input,
 )
 from dsmlkit.dialects import DEFAULT_DIALECT
-from dsmlkit.errors import ApiError, InvalidRequest
-
-ERROR_BODIES = {
-    "openai": openai_error_body,
-    "anthropic": anthropic_error_body,
-    "responses": openai_error_body,
-}
+from dsmlkit.errors import InvalidRequest
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Print the canonical messages, tools and options of a request body; an invalid "
         "request prints the API's error body on stdout and exits 3."
     )
-    parser.add_argument("--from", dest="api", required=True, choices=tuple(ERROR_BODIES))
+    parser.add_argument("--from", dest="api", required=True, choices=tuple(ADAPTERS))
     parser.add_argument(
         "--dialect",
         type=dialect_name,
@@ -63,8 +58,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         body = _decode(raw, input_name(args.file))
         output = convert_output(parse_request(args.api, body, dialect=args.dialect))
-    except ApiError as err:
-        _print_json(ERROR_BODIES[args.api](err))
+    except InvalidRequest as err:
+        _print_json(adapter_for(args.api).error_body(err))
         return EXIT_INPUT
     _print_json(output)
     return EXIT_OK

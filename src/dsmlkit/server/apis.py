@@ -10,7 +10,8 @@ from __future__ import annotations
 from fastapi.responses import JSONResponse
 
 from dsmlkit.api.adapters import CHAT, MESSAGES, RESPONSES, ApiAdapter
-from dsmlkit.errors import ApiError, UpstreamError
+from dsmlkit.api.errors import ApiError
+from dsmlkit.server.errors import UpstreamError
 
 #: Route prefixes of the APIs other than Chat Completions (the default).
 _ROUTE_PREFIXES = (("/v1/messages", MESSAGES), ("/v1/responses", RESPONSES))

@@ -23,10 +23,12 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dsmlkit import __version__
-from dsmlkit.errors import ApiError, UpstreamError
+from dsmlkit.api.errors import ApiError, api_error
+from dsmlkit.errors import InvalidRequest
 from dsmlkit.server import inspector, local_routes, pipeline
 from dsmlkit.server.apis import api_for_path, error_response, upstream_api_error
 from dsmlkit.server.config import ServerConfig
+from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.reqlog import RequestRecord, new_request_id
 from dsmlkit.server.state import ServerState, client_keys, record_of
 
@@ -73,6 +75,7 @@ def create_app(
     for router in routers:
         app.include_router(router)
     app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(InvalidRequest, _api_error)  # a client's mistake: a 400
     app.add_exception_handler(UpstreamError, _upstream_error)
     app.add_exception_handler(HTTPException, _http_exception)
     routes = frozenset(getattr(r, "path", "") for router in routers for r in router.routes)
@@ -121,8 +124,8 @@ def _respond(request: Request, err: ApiError) -> JSONResponse:
 
 
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)
-    return _respond(request, exc)
+    assert isinstance(exc, (ApiError, InvalidRequest))
+    return _respond(request, exc if isinstance(exc, ApiError) else api_error(exc))
 
 
 async def _upstream_error(request: Request, exc: Exception) -> JSONResponse:

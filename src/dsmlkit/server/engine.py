@@ -17,11 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dsmlkit.errors import UpstreamError
 from dsmlkit.render import RenderResult
 from dsmlkit.render.templates import SPECIAL_TOKEN_PATTERN, SPECIAL_TOKENS
 from dsmlkit.render.tokens import PromptTokenizer
 from dsmlkit.server.config import ModelConfig, redacted
+from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.upstream import UpstreamClient
 
 #: Text whose ids both tokenizers must agree on (plain words, digits, CJK, spaces).

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dsmlkit.api import Usage
-from dsmlkit.errors import UpstreamError
 from dsmlkit.parse import Diagnostic, Event, OutputEnd
+from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.forced import HELD_BACK, CallGate, cut_ending, missing_call
 from dsmlkit.server.model_turns import Digests
 from dsmlkit.server.plan import UpstreamPlan

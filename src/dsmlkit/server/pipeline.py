@@ -45,9 +45,10 @@ from dsmlkit.api.adapters import (
     ReadContext,
     StreamWriter,
 )
-from dsmlkit.errors import ApiError, UpstreamError
+from dsmlkit.api.errors import ApiError
 from dsmlkit.parse import Event, MessageCollector
 from dsmlkit.server.apis import upstream_api_error
+from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.fold import Outcome, Upstream, fold, kinds
 from dsmlkit.server.jsonbody import read_json
 from dsmlkit.server.plan import (

@@ -24,7 +24,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dsmlkit.errors import ApiError, InvalidRequest
+from dsmlkit.api.errors import ApiError
+from dsmlkit.errors import InvalidRequest
 from dsmlkit.server.reasoning_store import ReasoningMemory
 from dsmlkit.server.state_store import StateStoreUnavailable
 

@@ -13,11 +13,13 @@ import anyio
 import httpx
 from starlette.requests import Request
 
-from dsmlkit.errors import ApiError, InvalidRequest, UpstreamError, install_hint
+from dsmlkit.api.errors import ApiError
+from dsmlkit.errors import install_hint
 from dsmlkit.render import RenderCache
 from dsmlkit.render.tokens import PromptTokenizer, TokenizerNotInstalled, load_tokenizer
 from dsmlkit.server.config import NO_TOKENIZER, ModelConfig, ServerConfig
 from dsmlkit.server.engine import EngineStatus, TokenPlan, read_engine
+from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.metrics import Metrics
 from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
 from dsmlkit.server.reqlog import RequestRecord
@@ -163,8 +165,8 @@ class ServerState:
             if isinstance(name, str) and name in model.config.names:
                 return model
         listed = ", ".join(n for m in self.models for n in m.config.names)
-        raise InvalidRequest(
-            f"the model {name!r} is not served here; use one of: {listed}", "model", status=404
+        raise ApiError.for_status(
+            404, f"the model {name!r} is not served here; use one of: {listed}", "model"
         )
 
     def route(self, name: Any, headers: Mapping[str, str]) -> Route:

@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import anyio
 import httpx
 
-from dsmlkit.errors import UpstreamError
 from dsmlkit.server.config import redacted
+from dsmlkit.server.errors import UpstreamError
 
 #: How much of an upstream error body is read to quote its message.
 _ERROR_BODY_LIMIT = 64 * 1024
