@@ -266,33 +266,31 @@ def test_restore_without_known_calls_gives_the_request_as_read() -> None:
     )
 
 
-def test_a_signed_anthropic_turn_needs_no_store() -> None:
-    mem = memory()
-    run(mem.remember, answer([TOOLU_1], "stored"), Digests(()))
-    block = {"type": "thinking", "thinking": "mine", "signature": mem.signer.sign("mine", "m")}
-    restored = _restored(mem, "anthropic", {"max_tokens": 5, **anthropic_body(block)})
-    assert restored.reasoning == 0
-    assert restored.req.conversation.messages[1].reasoning == "mine"
+_SIGNER = ThinkingSigner()
 
 
-def test_redacted_thinking_is_replaced_by_the_stored_reasoning() -> None:
-    mem = memory()
+@pytest.mark.parametrize(
+    ("thinking", "reasoning"),
+    [
+        # signed by the gateway: used as sent, no store needed
+        ({"type": "thinking", "thinking": "mine", "signature": _SIGNER.sign("mine", "m")}, "mine"),
+        # a redacted block, or a signature of another text: the stored reasoning instead
+        ({"type": "redacted_thinking", "data": "opaque"}, "stored"),
+        (
+            {"type": "thinking", "thinking": "mine", "signature": _SIGNER.sign("other", "m")},
+            "stored",
+        ),
+    ],
+    ids=["signed", "redacted", "forged"],
+)
+def test_anthropic_thinking_is_kept_only_when_signed(thinking: Any, reasoning: str) -> None:
+    mem = ReasoningMemory(MemoryStore(), _SIGNER)
     run(mem.remember, answer([TOOLU_1], "stored"), Digests(()))
-    body = anthropic_body({"type": "redacted_thinking", "data": "opaque"})
-    restored = _restored(mem, "anthropic", {"max_tokens": 5, **body})
-    assert restored.reasoning == 1
+    restored = _restored(mem, "anthropic", {"max_tokens": 5, **anthropic_body(thinking)})
+    assert restored.reasoning == (reasoning == "stored")
     turn = restored.req.conversation.messages[1]
-    assert (turn.reasoning, turn.reasoning_trusted) == ("stored", True)
+    assert (turn.reasoning, turn.reasoning_trusted) == (reasoning, True)
     assert [call.id for call in turn.tool_calls] == [TOOLU_1]
-
-
-def test_a_forged_signature_is_replaced_by_the_stored_reasoning() -> None:
-    mem = memory()
-    run(mem.remember, answer([TOOLU_1], "stored"), Digests(()))
-    forged = {"type": "thinking", "thinking": "mine", "signature": mem.signer.sign("other", "m")}
-    restored = _restored(mem, "anthropic", {"max_tokens": 5, **anthropic_body(forged)})
-    assert restored.reasoning == 1
-    assert restored.req.conversation.messages[1].reasoning == "stored"
 
 
 def test_remember_with_a_dead_store_returns_the_error_and_logs_once(
