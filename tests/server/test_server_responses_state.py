@@ -24,7 +24,7 @@ from dsmlkit.parse import ReasoningDelta, ToolCallEnd
 from dsmlkit.server import response_store
 from dsmlkit.server.model_turns import Digests
 from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory, ThinkingSigner
-from dsmlkit.server.response_store import LINKS, save, with_history
+from dsmlkit.server.response_store import LINKS, save, stored_history
 from dsmlkit.server.restore import restore
 from dsmlkit.server.state_store import MemoryStore, SqliteStore
 from tests.helpers import write_block
@@ -103,6 +103,23 @@ def test_the_stored_history_keeps_the_reasoning_and_the_call(text_gateway: Gatew
     assert REASONING in seen and "Paris" in seen and "sunny" in seen
 
 
+def test_an_error_in_the_input_names_its_own_item_after_a_stored_history(
+    text_gateway: Gateway,
+) -> None:
+    """The stored conversation is read beside the input, not spliced into it: the param of
+    a mistake is the client's own ``input[i]``."""
+    text_gateway.engine.push(Reply(text=CALL_TEXT))
+    first = create(text_gateway, False, input="Weather in Paris?", tools=TOOLS)
+    call_id = next(item.call_id for item in first.output if item.type == "function_call")
+    answered = {"type": "function_call_output", "call_id": call_id, "output": "sunny"}
+    unknown = {"type": "function_call_output", "call_id": "call_unknown", "output": "?"}
+    with pytest.raises(openai.BadRequestError) as caught:
+        create(text_gateway, False, input=[answered, unknown], previous_response_id=first.id)
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert error["param"] == "input[1].call_id", error
+
+
 @pytest.mark.parametrize("store", [None, False], ids=["unknown", "store-false"])
 def test_a_response_that_is_not_stored_is_a_400_naming_the_param(
     text_gateway: Gateway, store: bool | None
@@ -151,7 +168,7 @@ def test_a_store_outage_is_a_503_naming_the_param(tmp_path: Path) -> None:
     memory = ReasoningMemory(store, ThinkingSigner())
     body = {"model": "m", "input": "Again", "previous_response_id": "resp_0123456789abcdef"}
     with pytest.raises(ApiError) as caught:
-        anyio.run(with_history, memory, body)
+        anyio.run(stored_history, memory, body)
     assert (caught.value.status, caught.value.param) == (503, "previous_response_id")
 
 
@@ -174,7 +191,7 @@ def _saved_chain(memory: ReasoningMemory, turns: int) -> list[str]:
             body["previous_response_id"] = ids[-1]
         answer = {"type": "message", "role": "assistant", "content": f"Answer {turn}."}
         ids.append(f"resp_{turn:04d}")
-        links = anyio.run(with_history, memory, body)[1]
+        links = anyio.run(stored_history, memory, body)[1]
         anyio.run(save, memory, body, {"id": ids[-1], "output": [answer]}, links)
     return ids
 
@@ -188,9 +205,11 @@ def test_a_chain_is_read_back_oldest_first_in_batches_of_links() -> None:
     memory = ReasoningMemory(store, ThinkingSigner())
     ids = _saved_chain(memory, 40)
     store.reads = 0
-    body = anyio.run(with_history, memory, {"input": "Next?", "previous_response_id": ids[-1]})[0]
+    items = anyio.run(stored_history, memory, {"input": "Next?", "previous_response_id": ids[-1]})[
+        0
+    ]
     expected = [text for t in range(40) for text in (f"Question {t}?", f"Answer {t}.")]
-    assert _said(body["input"]) == [*expected, "Next?"]
+    assert _said(items) == expected
     assert store.reads == 1 + math.ceil(39 / LINKS)  # the newest turn, then batches of links
 
 
@@ -215,12 +234,12 @@ def test_a_missing_link_or_a_chain_too_long_is_a_400_naming_the_param(
     body = {"input": "Next?", "previous_response_id": ids[-1]}
     monkeypatch.setattr(response_store, "MAX_CHAIN", 4)
     with pytest.raises(InvalidRequest, match="more than 4 responses") as caught:
-        anyio.run(with_history, memory, body)
+        anyio.run(stored_history, memory, body)
     assert caught.value.param == "previous_response_id"
     monkeypatch.undo()
     anyio.run(store.put_many, {"response:" + ids[1]: "[]"}, 0.0)  # expired
     with pytest.raises(InvalidRequest, match=f"earlier response '{ids[1]}'") as caught:
-        anyio.run(with_history, memory, body)
+        anyio.run(stored_history, memory, body)
     assert (api_error(caught.value).status, caught.value.param) == (400, "previous_response_id")
 
 
@@ -230,10 +249,7 @@ def test_a_whole_conversation_stored_before_links_is_still_read() -> None:
     old = [{"type": "message", "role": "user", "content": "Old question?"}]
     anyio.run(store.put_many, {"response:resp_old": json.dumps(old)})
     body = {"input": "Next?", "previous_response_id": "resp_old"}
-    assert _said(anyio.run(with_history, memory, body)[0]["input"]) == [
-        "Old question?",
-        "Next?",
-    ]
+    assert _said(anyio.run(stored_history, memory, body)[0]) == ["Old question?"]
 
 
 def test_a_responses_turn_gets_its_reasoning_and_arguments_from_one_read_of_its_calls() -> None:
@@ -271,7 +287,7 @@ def test_saving_a_turn_reads_nothing_its_links_came_with_the_history() -> None:
     memory = ReasoningMemory(store, ThinkingSigner())
     ids = _saved_chain(memory, 3)
     body = {"input": "Next?", "previous_response_id": ids[-1]}
-    links = anyio.run(with_history, memory, body)[1]
+    links = anyio.run(stored_history, memory, body)[1]
     assert links == [ids[2], ids[1], ids[0]]
     store.reads = 0
     answer = {"type": "message", "role": "assistant", "content": "Fine."}

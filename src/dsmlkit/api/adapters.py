@@ -42,13 +42,15 @@ from dsmlkit.render.conversation import Tool, read_tools
 @dataclass(frozen=True)
 class ReadContext:
     """What a request reader may use besides the body: the dialect, the ``sealer`` that
-    opens sealed Responses reasoning, the caller's ``cache``, and ``signatures``, which
-    checks Anthropic thinking-block signatures."""
+    opens sealed Responses reasoning, the caller's ``cache``, ``signatures``, which checks
+    Anthropic thinking-block signatures, and the ``history`` items of a stored Responses
+    conversation the body continues."""
 
     dialect: str | Dialect
     sealer: Sealer | None = None
     cache: RenderCache | None = None
     signatures: Sealer | None = None
+    history: Sequence[Any] = ()
 
 
 @dataclass(frozen=True)
@@ -286,7 +288,9 @@ RESPONSES = ApiAdapter(
     name="responses",
     response_id_prefix="resp_",
     call_id_prefix="call_",
-    read_body=lambda body, c: parse_responses_request(body, dialect=c.dialect, sealer=c.sealer),
+    read_body=lambda body, c: parse_responses_request(
+        body, dialect=c.dialect, sealer=c.sealer, history=c.history
+    ),
     read_tool_list=lambda field: read_responses_tools(field, [])[0],
     respond=_responses_response,
     open_stream=_responses_stream,

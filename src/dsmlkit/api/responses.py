@@ -140,13 +140,20 @@ class ResponsesRequest(ChatRequest):
 
 
 def parse_responses_request(
-    body: Any, *, dialect: str | Dialect = DEFAULT_DIALECT, sealer: Sealer | None = None
+    body: Any,
+    *,
+    dialect: str | Dialect = DEFAULT_DIALECT,
+    sealer: Sealer | None = None,
+    history: Sequence[Any] = (),
 ) -> ResponsesRequest:
     """Validate a Responses body and convert it; raises :class:`InvalidRequest` (400).
 
     ``sealer`` opens the ``encrypted_content`` of reasoning items (sealed for the body's
     ``model``); a reasoning item whose token does not open is used as sent (its clear
-    ``content``, else its summary), with a note.
+    ``content``, else its summary), with a note. ``history``: the items of the stored
+    conversation the body's ``previous_response_id`` continues, read before ``input`` as
+    one conversation with it (results answer calls across the two; errors in them name
+    ``previous_response_id``).
     """
     root = request_root(body)
     model = root["model"].nonempty_string()
@@ -158,7 +165,10 @@ def parse_responses_request(
     if instructions.present:
         text = _instructions(instructions)
         messages.append(Message("instructions", "system", (TextPart(text),), plain=True))
-    messages += _Input(namespaces, sealer, model, notes).convert(root["input"])
+    items = _Input(namespaces, sealer, model, notes)
+    if history:
+        messages += items.convert(Field(list(history), "previous_response_id"))
+    messages += items.convert(root["input"])
     requested_effort, reasoning = _reasoning(root["reasoning"])
     thinking, effort = resolve_thinking(
         [(read_switch(root["thinking"]), "thinking.type")],

@@ -21,7 +21,6 @@ from dsmlkit.server.jsonbody import read_json
 from dsmlkit.server.metrics import CONTENT_TYPE
 from dsmlkit.server.pipeline import off_loop, read_request, resolve_model, restore_state
 from dsmlkit.server.plan import Prompt, prompt_length, render_prompt
-from dsmlkit.server.restore import history
 from dsmlkit.server.state import ServedModel, ServerState, record_of, state_of
 
 router = APIRouter()
@@ -47,7 +46,7 @@ async def _prompt(
     state: ServerState, model: ServedModel, adapter: ApiAdapter, body: Any, size: int
 ) -> Prompt:
     """The pipeline's typed request and plan stages for a body with no state to restore."""
-    req = await off_loop(size, read_request, state, adapter, model, body)
+    req, _ = await read_request(state, adapter, model, body, size)
     return await off_loop(size, render_prompt, state, model, req)
 
 
@@ -141,8 +140,7 @@ async def _render(request: Request, adapter: ApiAdapter) -> dict[str, Any]:
     sent, size = await read_json(request)
     model = resolve_model(state, sent)
     record.model = model.name
-    body, _ = await history(state.reasoning, adapter, sent)
-    read = await off_loop(size, read_request, state, adapter, model, body)
+    read, _ = await read_request(state, adapter, model, sent, size)
     req = (await restore_state(state, read, record)).req
     prepared = await off_loop(size, render_prompt, state, model, req)
     result = prepared.result

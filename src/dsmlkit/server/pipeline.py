@@ -6,8 +6,9 @@ Each stage is a function of the previous stage's value, and each lives in its ow
 1. **read body** — strict JSON (:mod:`.jsonbody`);
 2. **route** — the served model the body names, its upstream and the key sent
    (:meth:`.state.ServerState.route`);
-3. **typed request** — a Responses body's stored history in front of its input, then the
-   API's reader (:class:`~dsmlkit.api.adapters.ApiAdapter`);
+3. **typed request** — the API's reader (:class:`~dsmlkit.api.adapters.ApiAdapter`); a
+   Responses body is read with the stored history its ``previous_response_id`` names
+   (:mod:`.response_store`);
 4. **restore state** — dropped reasoning and the model's own words put back on the typed
    conversation (:mod:`.restore`);
 5. **plan** — the prompt or chat body, ``max_tokens``, forced calls (:mod:`.plan`);
@@ -60,8 +61,8 @@ from dsmlkit.server.plan import (
     render_prompt,
 )
 from dsmlkit.server.reqlog import RequestRecord, log_event
-from dsmlkit.server.response_store import save
-from dsmlkit.server.restore import Restored, history, restore
+from dsmlkit.server.response_store import save, stored_history
+from dsmlkit.server.restore import Restored, restore
 from dsmlkit.server.state import ServedModel, ServerState, record_of, state_of
 from dsmlkit.server.state_store import StateStoreUnavailable
 
@@ -100,12 +101,11 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
     sent, size = await read_json(request)
     route = state.route(sent.get("model") if isinstance(sent, dict) else None, request.headers)
     model = route.model
-    body, links = await history(state.reasoning, adapter, sent)
-    read = await off_loop(size, read_request, state, adapter, model, body)
+    read, links = await read_request(state, adapter, model, sent, size)
     restored = await restore_state(state, read, record)
     req = restored.req
     record.stream, record.model, record.parsed = req.stream, model.name, True
-    plan = await plan_upstream(state, model, restored, body, route.key, size, record)
+    plan = await plan_upstream(state, model, restored, sent, route.key, size, record)
     record.prompt_tokens = plan.prompt_tokens
     upstream = Upstream(route)
     await upstream.open(plan, record)
@@ -168,13 +168,18 @@ def resolve_model(state: ServerState, body: Any) -> ServedModel:
     return state.model_for(body.get("model") if isinstance(body, dict) else None)
 
 
-def read_request(
-    state: ServerState, adapter: ApiAdapter, model: ServedModel, body: Any
-) -> ChatRequest:
-    """Stage 3: the typed request; caller mistakes raise ``InvalidRequest`` at once."""
+async def read_request(
+    state: ServerState, adapter: ApiAdapter, model: ServedModel, body: Any, size: int
+) -> tuple[ChatRequest, list[str]]:
+    """Stage 3: the typed request (caller mistakes raise ``InvalidRequest`` at once), and
+    the stored responses a Responses answer to it will link."""
+    history: list[Any] = []
+    links: list[str] = []
+    if adapter.keeps_responses:
+        history, links = await stored_history(state.reasoning, body)
     signatures = state.reasoning.signer
-    context = ReadContext(model.dialect, state.keys, state.render_cache, signatures)
-    return adapter.read(body, context)
+    context = ReadContext(model.dialect, state.keys, state.render_cache, signatures, history)
+    return await off_loop(size, adapter.read, body, context), links
 
 
 async def restore_state(state: ServerState, req: ChatRequest, record: RequestRecord) -> Restored:

@@ -5,8 +5,8 @@ them, then the output items, with links to the responses before it (its
 ``previous_response_id`` first, then that one's, up to :data:`LINKS`), as JSON under
 ``response:<id>`` for the store's TTL. A conversation of n turns so takes O(n) bytes, not
 the O(n²) of re-storing the whole history with every turn. A request naming a
-``previous_response_id`` gets the conversation that response ended put in front of its own
-``input`` before it is read: the chain is followed back through the links (a batch of
+``previous_response_id`` gets the conversation that response ended read in front of its
+own ``input`` (:func:`stored_history`): the chain is followed back through the links (a batch of
 them per store read, at most :data:`MAX_CHAIN` responses) and joined oldest first.
 
 An id the store does not know (never stored, expired, evicted, or ``store: false``) is a
@@ -37,16 +37,14 @@ LINKS = 16
 MAX_CHAIN = 1000
 
 
-async def with_history(memory: ReasoningMemory, body: Any) -> tuple[Any, list[str]]:
-    """``(body, links)``: ``body`` with the conversation its ``previous_response_id`` names
-    in front of its ``input`` (the reader reads the two as one list: results answer calls
-    across them), and the earlier responses a turn stored after this request links, nearest
-    first. Bodies of an unexpected shape are left to the reader; the caller's body is not
-    modified."""
+async def stored_history(memory: ReasoningMemory, body: Any) -> tuple[list[Any], list[str]]:
+    """``(items, links)``: the items of the conversation ``body``'s
+    ``previous_response_id`` names, oldest first (none without one), and the earlier
+    responses a turn stored after this request links, nearest first. The reader reads the
+    items before the body's ``input``."""
     if not (isinstance(body, dict) and isinstance(body.get("previous_response_id"), str)):
-        return body, []
-    history, links = await _conversation(memory, body["previous_response_id"])
-    return {**body, "input": [*history, *_items(body)]}, links
+        return [], []
+    return await _conversation(memory, body["previous_response_id"])
 
 
 async def save(
@@ -54,7 +52,7 @@ async def save(
 ) -> None:
     """Store the turn ``response`` ends when the request asked for it (``store``, default
     true): ``body`` is the request as the client sent it, ``links`` the earlier responses
-    :func:`with_history` found for it. Raises
+    :func:`stored_history` found for it. Raises
     :class:`StateStoreUnavailable`."""
     if not isinstance(body, dict) or body.get("store") is False:
         return

@@ -1,10 +1,9 @@
 """The restore stage: a request's stored state put back on its typed conversation.
 
-Before the read, a Responses body gets the conversation its ``previous_response_id``
-names (:func:`history`, from :mod:`.response_store`): the reader must see the whole list,
-since results answer calls across it. After the read, :func:`restore` works on the typed
-:class:`~dsmlkit.render.conversation.Conversation`, whichever API it came in: every
-assistant turn with calls the gateway issued gets
+:func:`restore` works on the typed :class:`~dsmlkit.render.conversation.Conversation`,
+whichever API it came in (a Responses conversation includes the stored history its
+``previous_response_id`` names, read with it: :func:`.response_store.stored_history`):
+every assistant turn with calls the gateway issued gets
 
 * the reasoning the gateway remembered for them when the turn has none, or only reasoning
   the reader could not verify (``reasoning_trusted`` false: an Anthropic thinking block
@@ -20,14 +19,11 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from dsmlkit.api import ChatRequest
-from dsmlkit.api.adapters import ApiAdapter
 from dsmlkit.render.conversation import Message
 from dsmlkit.server.model_turns import Digests, ModelCall, reconcile
 from dsmlkit.server.reasoning_store import ReasoningMemory
-from dsmlkit.server.response_store import with_history
 
 
 @dataclass
@@ -47,14 +43,6 @@ class Restored:
     error: str | None = None
     #: Whether anything was put back (``req`` is not the request as read).
     put_back: bool = False
-
-
-async def history(memory: ReasoningMemory, adapter: ApiAdapter, body: Any) -> tuple[Any, list[str]]:
-    """``(body, links)``: a Responses body with its stored conversation in front of its
-    input, and the responses a turn stored after it links (other APIs: as sent, none)."""
-    if not adapter.keeps_responses:
-        return body, []
-    return await with_history(memory, body)
 
 
 async def restore(memory: ReasoningMemory, req: ChatRequest) -> Restored:
