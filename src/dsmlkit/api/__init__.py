@@ -5,7 +5,12 @@ sampling options); parser events become each API's responses and stream chunks.
 See ``docs/api-adapters.md``.
 """
 
-from dsmlkit.api.anthropic import AnthropicStream, anthropic_response, parse_anthropic_request
+from dsmlkit.api.anthropic import (
+    AnthropicStream,
+    anthropic_response,
+    anthropic_response_json,
+    parse_anthropic_request,
+)
 from dsmlkit.api.common import (
     ChatRequest,
     ParseOptions,
@@ -29,7 +34,7 @@ from dsmlkit.api.responses import (
     responses_response,
 )
 from dsmlkit.api.seal import Sealer, SealError
-from dsmlkit.api.sse import SSE_DONE, sse_anthropic, sse_event, sse_openai
+from dsmlkit.api.sse import SSE_DONE, RawJSON, json_body, sse_anthropic, sse_event, sse_openai
 from dsmlkit.errors import ApiError, InvalidRequest
 
 __all__ = [
@@ -40,6 +45,7 @@ __all__ = [
     "InvalidRequest",
     "OpenAIStream",
     "ParseOptions",
+    "RawJSON",
     "ResponsesRequest",
     "ResponsesStream",
     "SealError",
@@ -47,9 +53,11 @@ __all__ = [
     "Usage",
     "anthropic_error_body",
     "anthropic_response",
+    "anthropic_response_json",
     "call_id_factory",
     "check_tool_choice",
     "convert_output",
+    "json_body",
     "openai_error_body",
     "openai_response",
     "parse_anthropic_request",

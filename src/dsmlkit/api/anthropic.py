@@ -25,10 +25,10 @@ from dsmlkit.api.common import (
     resolve_thinking,
 )
 from dsmlkit.api.fields import Field
-from dsmlkit.api.sse import TextFrames, sse_anthropic
+from dsmlkit.api.sse import RawJSON, TextFrames, json_body, sse_anthropic
 from dsmlkit.api.stream import BlockStream, Opened, TextKind, spliced
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
-from dsmlkit.parse import FinishReason, ParsedMessage, ToolCallStart
+from dsmlkit.parse import FinishReason, ParsedMessage, ToolCall, ToolCallStart
 from dsmlkit.render import RenderOptions, resolve_dialect
 from dsmlkit.render.conversation import (
     CHOICE_MODES,
@@ -434,6 +434,49 @@ def anthropic_response(
     ``omit_thinking`` leaves the block's text empty (``display: "omitted"``), its signature
     still made from the text.
     """
+    return _message_body(
+        msg, model, id, usage, stop_sequence, sign_thinking, omit_thinking, _call_input
+    )
+
+
+def anthropic_response_json(
+    msg: ParsedMessage,
+    model: str,
+    *,
+    id: str,
+    usage: Usage | None = None,
+    stop_sequence: str | None = None,
+    sign_thinking: Callable[[str], str] | None = None,
+    omit_thinking: bool = False,
+) -> bytes:
+    """:func:`anthropic_response` as its JSON text (UTF-8), written once: each call's
+    ``input`` is the argument JSON the parser wrote, embedded as it is (not decoded and
+    encoded again)."""
+    body = _message_body(
+        msg, model, id, usage, stop_sequence, sign_thinking, omit_thinking, _raw_call_input
+    )
+    return json_body(body)
+
+
+def _call_input(call: ToolCall) -> Any:
+    return call.arguments
+
+
+def _raw_call_input(call: ToolCall) -> Any:
+    return RawJSON(call.arguments_json)
+
+
+def _message_body(
+    msg: ParsedMessage,
+    model: str,
+    id: str,
+    usage: Usage | None,
+    stop_sequence: str | None,
+    sign_thinking: Callable[[str], str] | None,
+    omit_thinking: bool,
+    call_input: Callable[[ToolCall], Any],
+) -> dict[str, Any]:
+    """The ``message`` body, each call's ``input`` written by ``call_input``."""
     content: list[dict[str, Any]] = []
     if msg.reasoning:
         signature = sign_thinking(msg.reasoning) if sign_thinking else THINKING_SIGNATURE
@@ -442,7 +485,7 @@ def anthropic_response(
     if msg.content:
         content.append({"type": "text", "text": msg.content})
     content += [
-        {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+        {"type": "tool_use", "id": call.id, "name": call.name, "input": call_input(call)}
         for call in msg.calls
     ]
     stop_reason, matched = _stop(msg.finish_reason, stop_sequence)

@@ -31,13 +31,14 @@ from typing import Any, TypeVar
 
 import anyio
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
 from dsmlkit.api import (
     ChatRequest,
     Usage,
     call_id_factory,
+    json_body,
     parse_request,
     response_diagnostics,
     to_openai_chat_body,
@@ -253,7 +254,7 @@ async def _gateway(request: Request, api: Api) -> Response:
         return Response(status_code=499)  # nobody is listening any more
     if api == "responses":
         await keep(result)
-    return JSONResponse(result, headers=notes)
+    return Response(json_body(result), media_type="application/json", headers=notes)
 
 
 def _clamp_note(plan: _Plan, model: ServedModel, record: RequestRecord) -> dict[str, str]:
