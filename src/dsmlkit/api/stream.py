@@ -6,19 +6,14 @@ A streamed answer is a row of blocks, at most one open at a time: a text block, 
 reasoning block, or one tool call (what Anthropic calls a content block and Responses an
 output item; OpenAI Chat has no block frames, but its chunks follow the same row).
 :meth:`BlockStream._fold` reads a batch of parser events (neighbouring deltas merged,
-empty ones dropped) and decides every step once, for all three APIs:
+empty ones dropped), one event at a time, and decides every step once, for all three APIs:
 
-=======================================  =================================================
-event                                    step
-=======================================  =================================================
-a delta of the kind the open block takes more of the open block (one delta frame)
-``ContentDelta`` / ``ReasoningDelta``    close the open block, open a text / reasoning
-of another kind                          block, then the delta
-``ToolCallStart``                        close the open block, open the call's block
-``ReasoningEnd``                         close the open block
-``ToolCallEnd``                          close the open block, the call completed
-anything else                            nothing written (kept in the outline)
-=======================================  =================================================
+- a delta of the kind the open block takes: more of the open block (one delta frame);
+- a ``ContentDelta`` or ``ReasoningDelta`` of another kind: close the open block, open a
+  text or reasoning block, then the delta;
+- ``ToolCallStart``: close the open block, open the call's block;
+- ``ReasoningEnd``: close the open block; ``ToolCallEnd``: close it, the call completed;
+- anything else: nothing written.
 
 Every event but a text delta also goes to the outline (a
 :class:`~dsmlkit.parse.MessageCollector` that keeps calls, diagnostics and the finish
@@ -31,8 +26,8 @@ the API's event, the other its SSE frame, already cut at the text by
 frames are API events (dicts, or Anthropic's ``(name, data)``); the SSE form frames them
 with the builder's :meth:`Blocks.sse`. So the event path (:meth:`BlockStream.feed`) and the
 SSE path (:meth:`BlockStream.feed_sse`) are two renderings of one row of decisions, and
-one delta of the open block (the usual batch) is the table's first row: one type check
-and one writer call.
+a batch of one delta of the open block (the usual streamed batch) is the table's first
+case: one type check and one writer call, with no other path for it.
 """
 
 from __future__ import annotations
@@ -138,50 +133,54 @@ class BlockStream(Generic[Frame]):
         return response_diagnostics(self._message, self._req)
 
     def _fold(self, events: Sequence[Event], form: int) -> list[Any]:
-        """A batch as frames: ``form`` 0 the API's events, 1 SSE frames."""
-        out: list[Any] = []
-        # A batch of one event (the usual streamed delta) has nothing to merge.
-        for event in events if len(events) == 1 else coalesce(events):
-            if isinstance(event, self._continued_by):  # more of the open block
-                text = event.text
-            else:
-                kind = _OPENS.get(type(event))
-                if kind is None:
-                    self._outline.add([event])
-                    self._step(event, out, form)
-                    continue
-                assert isinstance(event, (ContentDelta, ReasoningDelta))
-                text = event.text
-                if not text:
-                    continue
-                # text of another kind: a new block
-                self._render(out, self._close(), form)
-                self._open(self._blocks.open_text(kind), _CONTINUED_BY[kind], out, form)
-            if text:
-                frame = self._writers[form](text)
-                if frame is not None:
-                    out.append(frame)
-        return out
+        """A batch as frames: ``form`` 0 the API's events, 1 SSE frames.
 
-    def _step(self, event: Event, out: list[Any], form: int) -> None:
+        One event at a time: a batch of several is merged, then folded event by event
+        (the usual streamed batch is one delta, more of the open block).
+        """
+        if len(events) != 1:
+            out: list[Any] = []
+            for one in coalesce(events):
+                out += self._fold((one,), form)
+            return out
+        event = events[0]
+        if isinstance(event, self._continued_by):  # more of the open block
+            if not event.text:
+                return []
+            frame = self._writers[form](event.text)
+            return [] if frame is None else [frame]
+        kind = _OPENS.get(type(event))
+        if kind is None:
+            self._outline.add([event])
+            return self._step(event, form)
+        assert isinstance(event, (ContentDelta, ReasoningDelta))
+        if not event.text:
+            return []
+        # text of another kind: a new block
+        out = self._render(self._close(), form)
+        out += self._open(self._blocks.open_text(kind), _CONTINUED_BY[kind], form)
+        frame = self._writers[form](event.text)
+        return out if frame is None else [*out, frame]
+
+    def _step(self, event: Event, form: int) -> list[Any]:
         """The block step of an event that is not a text delta."""
         if isinstance(event, ToolCallStart):
-            self._render(out, self._close(), form)
-            self._open(self._blocks.open_call(event), ArgumentsDelta, out, form)
-        elif isinstance(event, ReasoningEnd):
-            self._render(out, self._close(), form)
-        elif isinstance(event, ToolCallEnd):
-            self._render(out, self._close(completed=True), form)
+            out = self._render(self._close(), form)
+            return out + self._open(self._blocks.open_call(event), ArgumentsDelta, form)
+        if isinstance(event, ReasoningEnd):
+            return self._render(self._close(), form)
+        if isinstance(event, ToolCallEnd):
+            return self._render(self._close(completed=True), form)
+        return []
 
-    def _open(
-        self, opened: Opened[Frame], continued_by: type[_TextEvent], out: list[Any], form: int
-    ) -> None:
+    def _open(self, opened: Opened[Frame], continued_by: type[_TextEvent], form: int) -> list[Any]:
+        """Make ``opened`` the open block: its start frames."""
         self._continued_by = continued_by
         self._writers = (opened.event, opened.sse)
-        self._render(out, opened.frames, form)
+        return self._render(opened.frames, form)
 
-    def _render(self, out: list[Any], frames: list[Frame], form: int) -> None:
-        out += map(self._blocks.sse, frames) if form else frames
+    def _render(self, frames: list[Frame], form: int) -> list[Any]:
+        return [*map(self._blocks.sse, frames)] if form else frames
 
     def _close(self, completed: bool = False) -> list[Frame]:
         """Close the open block (if any): its stop frames."""
