@@ -51,8 +51,8 @@ def json_text(text: str) -> str:
 
 
 def json_body(body: Any) -> bytes:
-    """``body`` as compact UTF-8 JSON, JSON-equal to ``json.dumps(body)`` (the server's
-    ``JSONResponse``) but written once: strings of :data:`LONG_STRING` characters or more
+    """``body`` as compact UTF-8 JSON, JSON-equal to ``json.dumps(body)`` (what a
+    ``JSONResponse`` writes) but written once: strings of :data:`LONG_STRING` characters or more
     are escaped apart by :func:`json_text`, :class:`RawJSON` values are embedded as they
     are, and the rest (small) goes through ``json.dumps``."""
     pieces: dict[str, str] = {}
