@@ -6,7 +6,12 @@ See ``docs/api-adapters.md``.
 """
 
 from dsmlkit.api.adapters import ADAPTERS, CHAT, MESSAGES, RESPONSES, ApiAdapter, adapter_for
-from dsmlkit.api.anthropic import AnthropicStream, anthropic_response, parse_anthropic_request
+from dsmlkit.api.anthropic import (
+    AnthropicStream,
+    anthropic_response,
+    anthropic_response_json,
+    parse_anthropic_request,
+)
 from dsmlkit.api.common import (
     ChatRequest,
     ParseOptions,
@@ -36,7 +41,7 @@ from dsmlkit.api.responses import (
     responses_response,
 )
 from dsmlkit.api.seal import Sealer, SealError
-from dsmlkit.api.sse import SSE_DONE, sse_anthropic, sse_event, sse_openai
+from dsmlkit.api.sse import SSE_DONE, RawJSON, json_body, sse_anthropic, sse_event, sse_openai
 from dsmlkit.errors import InvalidRequest
 
 __all__ = [
@@ -53,6 +58,7 @@ __all__ = [
     "InvalidRequest",
     "OpenAIStream",
     "ParseOptions",
+    "RawJSON",
     "ResponsesRequest",
     "ResponsesStream",
     "SealError",
@@ -61,10 +67,12 @@ __all__ = [
     "adapter_for",
     "anthropic_error_body",
     "anthropic_response",
+    "anthropic_response_json",
     "api_error",
     "call_id_factory",
     "check_tool_choice",
     "convert_output",
+    "json_body",
     "openai_error_body",
     "openai_response",
     "parse_anthropic_request",

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from dsmlkit.api.anthropic import (
     AnthropicStream,
     anthropic_response,
+    anthropic_response_json,
     parse_anthropic_request,
     read_anthropic_tools,
 )
@@ -31,7 +32,7 @@ from dsmlkit.api.responses import (
     responses_response,
 )
 from dsmlkit.api.seal import Sealer
-from dsmlkit.api.sse import sse_anthropic, sse_openai
+from dsmlkit.api.sse import json_body, sse_anthropic, sse_openai
 from dsmlkit.dialects import Dialect
 from dsmlkit.errors import CallerError, InvalidRequest
 from dsmlkit.parse import Diagnostic, Event, ParsedMessage
@@ -98,6 +99,7 @@ class ApiAdapter:
     read_body: Callable[[Any, ReadContext], ChatRequest]
     read_tool_list: Callable[[Field], Sequence[Tool]]
     respond: Callable[[ParsedMessage, str, Answer, ChatRequest | None], dict[str, Any]]
+    respond_json: Callable[[ParsedMessage, str, Answer, ChatRequest | None], bytes]
     open_stream: Callable[[ChatRequest, Answer], StreamWriter]
     envelope: Callable[[ApiError, str | None], dict[str, Any]]
     keeps_responses: bool = False
@@ -189,6 +191,10 @@ def _chat_response(
     return openai_response(msg, model, id=answer.id, created=answer.created, usage=answer.usage)
 
 
+def _chat_json(msg: ParsedMessage, model: str, answer: Answer, req: ChatRequest | None) -> bytes:
+    return json_body(_chat_response(msg, model, answer, req))
+
+
 CHAT = ApiAdapter(
     name="openai",
     response_id_prefix="chatcmpl-",
@@ -196,6 +202,7 @@ CHAT = ApiAdapter(
     read_body=lambda body, c: parse_openai_request(body, dialect=c.dialect, cache=c.cache),
     read_tool_list=lambda field: read_tools(field.value, field.path),
     respond=_chat_response,
+    respond_json=_chat_json,
     open_stream=_chat_stream,
     envelope=lambda err, request_id: openai_error_body(err),
     chat_form=True,
@@ -219,15 +226,23 @@ def _messages_stream(req: ChatRequest, answer: Answer) -> StreamWriter:
 def _messages_response(
     msg: ParsedMessage, model: str, answer: Answer, req: ChatRequest | None
 ) -> dict[str, Any]:
-    return anthropic_response(
-        msg,
-        model,
-        id=answer.id,
-        usage=answer.usage,
-        stop_sequence=answer.stop_sequence,
-        sign_thinking=answer.sign_thinking,
-        omit_thinking=req is not None and req.omit_reasoning,
-    )
+    return anthropic_response(msg, model, **_messages_fields(answer, req))
+
+
+def _messages_json(
+    msg: ParsedMessage, model: str, answer: Answer, req: ChatRequest | None
+) -> bytes:
+    return anthropic_response_json(msg, model, **_messages_fields(answer, req))
+
+
+def _messages_fields(answer: Answer, req: ChatRequest | None) -> dict[str, Any]:
+    return {
+        "id": answer.id,
+        "usage": answer.usage,
+        "stop_sequence": answer.stop_sequence,
+        "sign_thinking": answer.sign_thinking,
+        "omit_thinking": req is not None and req.omit_reasoning,
+    }
 
 
 MESSAGES = ApiAdapter(
@@ -239,6 +254,7 @@ MESSAGES = ApiAdapter(
     ),
     read_tool_list=lambda field: read_anthropic_tools(field, [])[0],
     respond=_messages_response,
+    respond_json=_messages_json,
     open_stream=_messages_stream,
     envelope=lambda err, request_id: (
         anthropic_error_body(err)
@@ -284,6 +300,12 @@ def _responses_response(
     )
 
 
+def _responses_json(
+    msg: ParsedMessage, model: str, answer: Answer, req: ChatRequest | None
+) -> bytes:
+    return json_body(_responses_response(msg, model, answer, req))
+
+
 RESPONSES = ApiAdapter(
     name="responses",
     response_id_prefix="resp_",
@@ -293,6 +315,7 @@ RESPONSES = ApiAdapter(
     ),
     read_tool_list=lambda field: read_responses_tools(field, [])[0],
     respond=_responses_response,
+    respond_json=_responses_json,
     open_stream=_responses_stream,
     envelope=lambda err, request_id: openai_error_body(err),
     keeps_responses=True,

@@ -8,14 +8,14 @@ api.md §2.4 (one block open at a time, strictly increasing indexes, no ``[DONE]
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 from dsmlkit.api.common import (
     ChatRequest,
     ParseOptions,
     Usage,
-    coalesce,
     note_ignored,
     read_effort,
     read_numbers,
@@ -23,26 +23,13 @@ from dsmlkit.api.common import (
     read_switch,
     request_root,
     resolve_thinking,
-    response_diagnostics,
 )
 from dsmlkit.api.fields import Field
 from dsmlkit.api.seal import Sealer, SealError
-from dsmlkit.api.sse import TextFrames, json_string, sse_anthropic
+from dsmlkit.api.sse import RawJSON, TextFrames, json_body, sse_anthropic
+from dsmlkit.api.stream import BlockStream, Opened, TextKind, spliced
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
-from dsmlkit.errors import CallerError
-from dsmlkit.parse import (
-    ArgumentsDelta,
-    ContentDelta,
-    Diagnostic,
-    Event,
-    FinishReason,
-    MessageCollector,
-    ParsedMessage,
-    ReasoningDelta,
-    ReasoningEnd,
-    ToolCallEnd,
-    ToolCallStart,
-)
+from dsmlkit.parse import FinishReason, ParsedMessage, ToolCall, ToolCallStart
 from dsmlkit.render import RenderOptions, resolve_dialect
 from dsmlkit.render.conversation import (
     CHOICE_MODES,
@@ -472,6 +459,49 @@ def anthropic_response(
     ``omit_thinking`` leaves the block's text empty (``display: "omitted"``), its signature
     still made from the text.
     """
+    return _message_body(
+        msg, model, id, usage, stop_sequence, sign_thinking, omit_thinking, _call_input
+    )
+
+
+def anthropic_response_json(
+    msg: ParsedMessage,
+    model: str,
+    *,
+    id: str,
+    usage: Usage | None = None,
+    stop_sequence: str | None = None,
+    sign_thinking: Callable[[str], str] | None = None,
+    omit_thinking: bool = False,
+) -> bytes:
+    """:func:`anthropic_response` as its JSON text (UTF-8), written once: each call's
+    ``input`` is the argument JSON the parser wrote, embedded as it is (not decoded and
+    encoded again)."""
+    body = _message_body(
+        msg, model, id, usage, stop_sequence, sign_thinking, omit_thinking, _raw_call_input
+    )
+    return json_body(body)
+
+
+def _call_input(call: ToolCall) -> Any:
+    return call.arguments
+
+
+def _raw_call_input(call: ToolCall) -> Any:
+    return RawJSON(call.arguments_json)
+
+
+def _message_body(
+    msg: ParsedMessage,
+    model: str,
+    id: str,
+    usage: Usage | None,
+    stop_sequence: str | None,
+    sign_thinking: Callable[[str], str] | None,
+    omit_thinking: bool,
+    call_input: Callable[[ToolCall], Any],
+) -> dict[str, Any]:
+    """The ``message`` body, each call's ``input`` written by ``call_input``."""
     content: list[dict[str, Any]] = []
     if msg.reasoning:
         signature = sign_thinking(msg.reasoning) if sign_thinking else THINKING_SIGNATURE
@@ -480,7 +510,7 @@ def anthropic_response(
     if msg.content:
         content.append({"type": "text", "text": msg.content})
     content += [
-        {"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}
+        {"type": "tool_use", "id": call.id, "name": call.name, "input": call_input(call)}
         for call in msg.calls
     ]
     stop_reason, matched = _stop(msg.finish_reason, stop_sequence)
@@ -500,19 +530,6 @@ StreamEvent = tuple[str, dict[str, Any]]
 _Out = TypeVar("_Out")
 #: The delta type of each block type, and the field that holds the delta's text.
 _DELTA_TYPES = {"text": "text_delta", "thinking": "thinking_delta", "tool_use": "input_json_delta"}
-_TEXT_EVENTS = (ContentDelta, ReasoningDelta, ArgumentsDelta)
-_TextEvent = ContentDelta | ReasoningDelta | ArgumentsDelta
-#: The delta type that adds to each block type.
-_CONTINUED_BY: dict[str, type[_TextEvent]] = {
-    "text": ContentDelta,
-    "thinking": ReasoningDelta,
-    "tool_use": ArgumentsDelta,
-}
-#: The block each text delta (but a call's arguments) opens, with its empty fields.
-_TEXT_BLOCKS: dict[type[Event], tuple[str, dict[str, Any]]] = {
-    ContentDelta: ("text", {"text": ""}),
-    ReasoningDelta: ("thinking", {"thinking": "", "signature": ""}),
-}
 _DELTA_FIELDS = {
     "text_delta": "text",
     "thinking_delta": "thinking",
@@ -520,7 +537,7 @@ _DELTA_FIELDS = {
 }
 
 
-class AnthropicStream:
+class AnthropicStream(BlockStream[StreamEvent]):
     """Parser events → Anthropic stream events ``(name, data)`` for one streamed message.
 
     Call :meth:`start`, then :meth:`feed` with each batch of parser events (including the
@@ -530,6 +547,7 @@ class AnthropicStream:
     ``usage`` given here is the prompt's (reported in ``message_start``); ``sign_thinking``
     as for :func:`anthropic_response`. A request with ``omit_reasoning`` gets thinking
     blocks without ``thinking_delta`` events: start, ``signature_delta``, stop.
+    The blocks are folded by :class:`~dsmlkit.api.stream.BlockStream`.
     """
 
     def __init__(
@@ -540,23 +558,10 @@ class AnthropicStream:
         usage: Usage | None = None,
         sign_thinking: Callable[[str], str] | None = None,
     ) -> None:
-        self._req = req
-        self._sign_thinking = sign_thinking
-        self._omit_thinking = req.omit_reasoning
-        self._thinking: list[str] = []  # the open thinking block's text
+        self._content_blocks = _MessagesBlocks(sign_thinking, req.omit_reasoning)
+        super().__init__(req, self._content_blocks)
         self._id = id
         self._prompt_usage = usage
-        # Only calls, diagnostics and the finish reason are kept (text deltas are not):
-        # what finish() and diagnostics need.
-        self._outline = MessageCollector()
-        self._message: ParsedMessage | None = None
-        self._open: str | None = None  # type of the open block
-        # The delta type that adds to the open block (``()``: none, no block is open).
-        self._continued_by: type[_TextEvent] | tuple[()] = ()
-        self._blocks = 0  # blocks started so far; the open one has index _blocks - 1
-        self._delta_types: list[str] = []  # of each block's text deltas, by block index
-        self._text_frames: TextFrames[int] = TextFrames(self._text_frame)
-        self._open_frame: tuple[str, ...] = ()  # the open block's text frame, cut at the text
 
     def start(self) -> list[StreamEvent]:
         """``message_start``."""
@@ -572,19 +577,16 @@ class AnthropicStream:
         }
         return [("message_start", {"type": "message_start", "message": message})]
 
-    def feed(self, events: Sequence[Event]) -> list[StreamEvent]:
-        """Stream events for a batch of parser events."""
-        return self._steps(events, self._delta, _same)
-
     def finish(
         self, usage: Usage | None = None, stop_sequence: str | None = None
     ) -> list[StreamEvent]:
         """Close the last block; then ``message_delta`` (stop reason, usage), ``message_stop``."""
-        self._message = self._outline.message()
+        message = self._end()
         out = self._close()
-        if not self._blocks:  # an empty completion still has one (empty) text block
-            out += self._open_block("text", {"text": ""}) + self._close()
-        stop_reason, matched = _stop(self._message.finish_reason, stop_sequence)
+        blocks = self._content_blocks
+        if not blocks.count:  # an empty completion still has one (empty) text block
+            out += blocks.open_text("content").frames + blocks.close(False)
+        stop_reason, matched = _stop(message.finish_reason, stop_sequence)
         final = anthropic_usage(usage)
         out.append(
             (
@@ -603,86 +605,34 @@ class AnthropicStream:
         """:meth:`start` as SSE frames."""
         return [sse_anthropic(name, data) for name, data in self.start()]
 
-    def feed_sse(self, events: Sequence[Event]) -> list[str]:
-        """:meth:`feed` as SSE frames."""
-        if len(events) == 1:
-            # The usual batch: one delta, most often more of the open block (_steps' text
-            # path, inlined).
-            event = events[0]
-            if isinstance(event, self._continued_by):
-                text = event.text
-                if not text:
-                    return []
-                if self._open == "thinking":
-                    self._thinking.append(text)
-                    if self._omit_thinking:
-                        return []
-                before, after = self._open_frame  # TextFrames.frame, inlined
-                return [f"{before}{json_string(text)}{after}"]
-        return self._steps(events, self._text_frames.frame, _framed)
-
     def finish_sse(self, usage: Usage | None = None, stop_sequence: str | None = None) -> list[str]:
         """:meth:`finish` as SSE frames."""
         return [sse_anthropic(name, data) for name, data in self.finish(usage, stop_sequence)]
 
-    @property
-    def diagnostics(self) -> tuple[Diagnostic, ...]:
-        """The parser's diagnostics and tool_choice's report (after :meth:`finish`)."""
-        if self._message is None:
-            raise CallerError("diagnostics are known after finish(); call finish() first")
-        return response_diagnostics(self._message, self._req)
 
-    def _steps(
-        self,
-        events: Sequence[Event],
-        text_delta: Callable[[int, str], _Out],
-        other: Callable[[StreamEvent], _Out],
-    ) -> list[_Out]:
-        """A batch as stream events, each made by ``text_delta`` (block index, text) or
-        ``other`` (any event but a text delta)."""
-        out: list[_Out] = []
-        # A batch of one event (the usual streamed delta) has nothing to merge.
-        for event in events if len(events) == 1 else coalesce(events):
-            if isinstance(event, _TEXT_EVENTS):
-                if not event.text:
-                    continue
-                if not isinstance(event, (self._continued_by, ArgumentsDelta)):
-                    kind, empty = _TEXT_BLOCKS[type(event)]
-                    out += map(other, self._close() + self._open_block(kind, empty))
-                if self._open == "thinking":
-                    self._thinking.append(event.text)  # signed at the block's end
-                    if self._omit_thinking:
-                        continue  # the signature is sent, the text is not
-                out.append(text_delta(self._blocks - 1, event.text))
-                continue
-            self._outline.add([event])
-            if isinstance(event, ToolCallStart):
-                block = {"id": event.id, "name": event.name, "input": {}}
-                out += map(other, self._close() + self._open_block("tool_use", block))
-            elif isinstance(event, (ReasoningEnd, ToolCallEnd)):
-                out += map(other, self._close())
-        return out
+class _MessagesBlocks:
+    """Messages' block steps: ``content_block_start`` (indexes 0, 1, 2 …), one
+    ``content_block_delta`` per delta, ``content_block_stop``; a thinking block's text is
+    kept until its stop, which a ``signature_delta`` of that text precedes."""
 
-    def _delta(self, index: int, text: str) -> StreamEvent:
-        """The ``content_block_delta`` of one text delta to block ``index``."""
-        kind = self._delta_types[index]
-        return _block_delta(index, {"type": kind, _DELTA_FIELDS[kind]: text})
+    def __init__(self, sign_thinking: Callable[[str], str] | None, omit_thinking: bool) -> None:
+        self._sign_thinking = sign_thinking
+        self._omit_thinking = omit_thinking
+        self._thinking: list[str] = []  # the open thinking block's text
+        self.count = 0  # blocks started so far; the open one has index count - 1
+        self._open: str | None = None  # type of the open block
+        self._delta_types: list[str] = []  # of each block's text deltas, by block index
+        self._text_frames: TextFrames[int] = TextFrames(self._delta_frame)
 
-    def _text_frame(self, index: int, text: str) -> str:
-        """The full frame of one text delta to block ``index``."""
-        return sse_anthropic(*self._delta(index, text))
+    def open_text(self, kind: TextKind) -> Opened[StreamEvent]:
+        if kind == "content":
+            return self._opened("text", {"text": ""})
+        return self._opened("thinking", {"thinking": "", "signature": ""})
 
-    def _open_block(self, kind: str, fields: dict[str, Any]) -> list[StreamEvent]:
-        self._open = kind
-        self._continued_by = _CONTINUED_BY[kind]
-        self._blocks += 1
-        self._delta_types.append(_DELTA_TYPES[kind])
-        self._open_frame = self._text_frames.parts(self._blocks - 1)
-        block = {"type": kind, **fields}
-        data = {"type": "content_block_start", "index": self._blocks - 1, "content_block": block}
-        return [("content_block_start", data)]
+    def open_call(self, start: ToolCallStart) -> Opened[StreamEvent]:
+        return self._opened("tool_use", {"id": start.id, "name": start.name, "input": {}})
 
-    def _close(self) -> list[StreamEvent]:
+    def close(self, completed: bool) -> list[StreamEvent]:
         if self._open is None:
             return []
         out: list[StreamEvent] = []
@@ -691,20 +641,54 @@ class AnthropicStream:
             self._thinking.clear()
             signature = self._sign_thinking(text) if self._sign_thinking else THINKING_SIGNATURE
             delta = {"type": "signature_delta", "signature": signature}
-            out.append(_block_delta(self._blocks - 1, delta))
+            out.append(_block_delta(self.count - 1, delta))
         self._open = None
-        self._continued_by = ()
-        stop = {"type": "content_block_stop", "index": self._blocks - 1}
+        stop = {"type": "content_block_stop", "index": self.count - 1}
         return [*out, ("content_block_stop", stop)]
+
+    def sse(self, frame: StreamEvent) -> str:
+        return sse_anthropic(*frame)
+
+    def _opened(self, kind: str, fields: dict[str, Any]) -> Opened[StreamEvent]:
+        index = self.count
+        self.count += 1
+        self._open = kind
+        self._delta_types.append(_DELTA_TYPES[kind])
+        block = {"type": kind, **fields}
+        data = {"type": "content_block_start", "index": index, "content_block": block}
+        event = partial(self._delta, index)
+        sse = spliced(self._text_frames.parts(index))
+        if kind == "thinking":
+            return Opened([("content_block_start", data)], self._kept(event), self._kept(sse))
+        return Opened([("content_block_start", data)], event, sse)
+
+    def _kept(self, write: Callable[[str], _Out]) -> Callable[[str], _Out | None]:
+        """A thinking block's delta writer: the text is kept (signed at the block's stop);
+        with ``omit_thinking`` the delta writes nothing (the signature is sent, the text
+        is not)."""
+        keep = self._thinking.append
+        if self._omit_thinking:
+
+            def keep_only(text: str) -> None:
+                keep(text)
+
+            return keep_only
+
+        def keep_and_write(text: str) -> _Out:
+            keep(text)
+            return write(text)
+
+        return keep_and_write
+
+    def _delta(self, index: int, text: str) -> StreamEvent:
+        """The ``content_block_delta`` of one text delta to block ``index``."""
+        kind = self._delta_types[index]
+        return _block_delta(index, {"type": kind, _DELTA_FIELDS[kind]: text})
+
+    def _delta_frame(self, index: int, text: str) -> str:
+        """The full frame of one text delta to block ``index``."""
+        return sse_anthropic(*self._delta(index, text))
 
 
 def _block_delta(index: int, delta: dict[str, Any]) -> StreamEvent:
     return ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
-
-
-def _same(event: StreamEvent) -> StreamEvent:
-    return event
-
-
-def _framed(event: StreamEvent) -> str:
-    return sse_anthropic(*event)

@@ -6,14 +6,14 @@ Non-streaming: :func:`openai_response` builds a ``chat.completion``. Streaming:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from dsmlkit.api.common import (
     ChatRequest,
     ParseOptions,
     Usage,
-    coalesce,
     note_ignored,
     read_effort,
     read_numbers,
@@ -21,23 +21,13 @@ from dsmlkit.api.common import (
     read_switch,
     request_root,
     resolve_thinking,
-    response_diagnostics,
 )
 from dsmlkit.api.fields import Field
 from dsmlkit.api.sse import SSE_DONE, TextFrames, sse_openai
+from dsmlkit.api.stream import BlockStream, Opened, TextKind, spliced
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
-from dsmlkit.parse import (
-    ArgumentsDelta,
-    ContentDelta,
-    Diagnostic,
-    Event,
-    MessageCollector,
-    ParsedMessage,
-    ReasoningDelta,
-    ToolCall,
-    ToolCallStart,
-)
+from dsmlkit.parse import ParsedMessage, ToolCall, ToolCallStart
 from dsmlkit.render import RenderCache, RenderOptions, resolve_dialect
 from dsmlkit.render.conversation import (
     CHOICE_MODES,
@@ -224,23 +214,19 @@ def openai_response(
     return body
 
 
-class OpenAIStream:
+class OpenAIStream(BlockStream[dict[str, Any]]):
     """Parser events → ``chat.completion.chunk`` dicts, or their SSE frames, for one completion.
 
     Call :meth:`start`, then :meth:`feed` with each batch of parser events (including the
     ``close()`` events), then :meth:`finish`; frame each chunk with ``sse_openai`` and end
     with ``SSE_DONE``. Or call :meth:`start_sse`, :meth:`feed_sse` and :meth:`finish_sse`,
     which return those frames (byte for byte) and build no chunk dict per text delta.
+    The blocks are folded by :class:`~dsmlkit.api.stream.BlockStream`.
     """
 
     def __init__(self, req: ChatRequest, *, id: str, created: int) -> None:
-        self._req = req
+        super().__init__(req, _ChatBlocks(self._chunk))
         self._head = {"id": id, "object": "chat.completion.chunk", "created": created}
-        # Only calls, diagnostics and the finish reason are kept (text deltas are not):
-        # what finish() and diagnostics need.
-        self._outline = MessageCollector()
-        self._message: ParsedMessage | None = None
-        self._text_frames: TextFrames[_TextKey] = TextFrames(self._text_frame)
 
     def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
         chunk: dict[str, Any] = {
@@ -256,21 +242,9 @@ class OpenAIStream:
         """The first chunk: the assistant role."""
         return [self._chunk({"role": "assistant", "content": None})]
 
-    def feed(self, events: Sequence[Event]) -> list[dict[str, Any]]:
-        """Chunks for a batch of parser events."""
-        chunks = []
-        for event in coalesce(events):
-            if not isinstance(event, _TEXT_DELTAS):
-                self._outline.add([event])
-            delta = _delta(event)
-            if delta is not None:
-                chunks.append(self._chunk(delta))
-        return chunks
-
     def finish(self, usage: Usage | None = None) -> list[dict[str, Any]]:
         """The finish chunk, then the usage chunk when the client asked for usage."""
-        self._message = self._outline.message()
-        chunks = [self._chunk({}, self._message.finish_reason)]
+        chunks = [self._chunk({}, self._end().finish_reason)]
         if self._req.include_usage:
             if usage is None:
                 raise CallerError("this stream reports usage (include_usage): pass usage")
@@ -288,65 +262,47 @@ class OpenAIStream:
         """:meth:`start` as SSE frames."""
         return [sse_openai(chunk) for chunk in self.start()]
 
-    def feed_sse(self, events: Sequence[Event]) -> list[str]:
-        """:meth:`feed` as SSE frames."""
-        frames = []
-        frame = self._text_frames.frame
-        # A batch of one event (the usual streamed delta) has nothing to merge.
-        for event in events if len(events) == 1 else coalesce(events):
-            if isinstance(event, ContentDelta):
-                if event.text:
-                    frames.append(frame("content", event.text))
-            elif isinstance(event, ArgumentsDelta):
-                if event.text:
-                    frames.append(frame(event.index, event.text))
-            elif isinstance(event, ReasoningDelta):
-                if event.text:
-                    frames.append(frame("reasoning", event.text))
-            else:
-                self._outline.add([event])
-                delta = _delta(event)
-                if delta is not None:
-                    frames.append(sse_openai(self._chunk(delta)))
-        return frames
-
     def finish_sse(self, usage: Usage | None = None) -> list[str]:
         """:meth:`finish` as SSE frames, then ``SSE_DONE``."""
         return [sse_openai(chunk) for chunk in self.finish(usage)] + [SSE_DONE]
 
-    @property
-    def diagnostics(self) -> tuple[Diagnostic, ...]:
-        """The parser's diagnostics and tool_choice's report (after :meth:`finish`)."""
-        if self._message is None:
-            raise CallerError("diagnostics are known after finish(); call finish() first")
-        return response_diagnostics(self._message, self._req)
 
-    def _text_frame(self, key: _TextKey, text: str) -> str:
-        """The full frame of a text delta: ``key`` is its kind, or the index of its call."""
-        event: Event
-        if isinstance(key, int):
-            event = ArgumentsDelta(key, text)
-        else:
-            event = ContentDelta(text) if key == "content" else ReasoningDelta(text)
-        delta = _delta(event)
-        assert delta is not None
-        return sse_openai(self._chunk(delta))
-
-
-_TEXT_DELTAS = (ContentDelta, ReasoningDelta, ArgumentsDelta)
-#: The shape of a text delta's frame: "content", "reasoning", or the index of its call.
+#: The shape of a text delta's chunk: "content", "reasoning", or the index of its call.
 _TextKey = str | int
 
 
-def _delta(event: Event) -> dict[str, Any] | None:
-    if isinstance(event, ContentDelta):
-        return {"content": event.text}
-    if isinstance(event, ReasoningDelta):
-        return {"reasoning_content": event.text}
-    if isinstance(event, ToolCallStart):
-        function = {"name": event.name, "arguments": ""}
-        call = {"index": event.index, "id": event.id, "type": "function", "function": function}
-        return {"tool_calls": [call]}
-    if isinstance(event, ArgumentsDelta):
-        return {"tool_calls": [{"index": event.index, "function": {"arguments": event.text}}]}
-    return None
+class _ChatBlocks:
+    """Chat's block steps: a call opens with its first chunk (id, name); text blocks have
+    no start frame and no block a stop frame; each delta is one chunk."""
+
+    def __init__(self, chunk: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self._chunk = chunk
+        self._text_frames: TextFrames[_TextKey] = TextFrames(self._delta_frame)
+
+    def open_text(self, kind: TextKind) -> Opened[dict[str, Any]]:
+        return self._opened([], kind)
+
+    def open_call(self, start: ToolCallStart) -> Opened[dict[str, Any]]:
+        function = {"name": start.name, "arguments": ""}
+        call = {"index": start.index, "id": start.id, "type": "function", "function": function}
+        return self._opened([self._chunk({"tool_calls": [call]})], start.index)
+
+    def close(self, completed: bool) -> list[dict[str, Any]]:
+        return []
+
+    def sse(self, frame: dict[str, Any]) -> str:
+        return sse_openai(frame)
+
+    def _opened(self, frames: list[dict[str, Any]], key: _TextKey) -> Opened[dict[str, Any]]:
+        return Opened(
+            frames, partial(self._delta_chunk, key), spliced(self._text_frames.parts(key))
+        )
+
+    def _delta_chunk(self, key: _TextKey, text: str) -> dict[str, Any]:
+        """The chunk of one text delta: ``key`` is its kind, or the index of its call."""
+        if isinstance(key, int):
+            return self._chunk({"tool_calls": [{"index": key, "function": {"arguments": text}}]})
+        return self._chunk({"content" if key == "content" else "reasoning_content": text})
+
+    def _delta_frame(self, key: _TextKey, text: str) -> str:
+        return sse_openai(self._delta_chunk(key, text))

@@ -18,40 +18,29 @@ for the request's model, which a stateless client's next request hands back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from itertools import count
+from typing import Any
 
 from dsmlkit.api.common import (
     ChatRequest,
     ParseOptions,
     Usage,
-    coalesce,
     note_ignored,
     read_effort,
     read_numbers,
     read_switch,
     request_root,
     resolve_thinking,
-    response_diagnostics,
 )
 from dsmlkit.api.fields import Field
 from dsmlkit.api.seal import Sealer, SealError
 from dsmlkit.api.sse import TextFrames, json_string, sse_event
+from dsmlkit.api.stream import BlockStream, Opened, TextKind
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
-from dsmlkit.parse import (
-    ArgumentsDelta,
-    ContentDelta,
-    Diagnostic,
-    Event,
-    MessageCollector,
-    ParsedMessage,
-    ReasoningDelta,
-    ReasoningEnd,
-    ToolCallEnd,
-    ToolCallStart,
-)
+from dsmlkit.parse import ParsedMessage, ToolCallStart
 from dsmlkit.render import RenderOptions, resolve_dialect
 from dsmlkit.render.conversation import (
     CHOICE_MODES,
@@ -631,11 +620,6 @@ def responses_response(
 
 
 StreamEvent = dict[str, Any]
-_Out = TypeVar("_Out")
-_TEXT_EVENTS = (ContentDelta, ReasoningDelta, ArgumentsDelta)
-_TextEvent = ContentDelta | ReasoningDelta | ArgumentsDelta
-#: The item type that each text delta (but a call's arguments) goes to.
-_TEXT_ITEMS: dict[type[Event], str] = {ReasoningDelta: "reasoning", ContentDelta: "message"}
 #: The delta event of each text item type.
 _TEXT_DELTAS = {
     "reasoning": "response.reasoning_text.delta",
@@ -643,7 +627,7 @@ _TEXT_DELTAS = {
 }
 
 
-class ResponsesStream:
+class ResponsesStream(BlockStream[StreamEvent]):
     """Parser events → Responses stream events (dicts with ``type`` and ``sequence_number``).
 
     Call :meth:`start`, then :meth:`feed` with each batch of parser events (including the
@@ -651,7 +635,7 @@ class ResponsesStream:
     ``sse_event(event["type"], event)``. Or call :meth:`start_sse`, :meth:`feed_sse` and
     :meth:`finish_sse` (or :meth:`fail_sse`), which return those frames (byte for byte) and
     build no event dict per text delta. After finishing, :attr:`response` is the final
-    ``response`` object.
+    ``response`` object. The items are folded by :class:`~dsmlkit.api.stream.BlockStream`.
     """
 
     def __init__(
@@ -662,87 +646,52 @@ class ResponsesStream:
         created_at: int,
         sealer: Sealer | None = None,
     ) -> None:
-        self._req = req
+        self._output = _OutputItems(_Items(req, id, sealer))
+        super().__init__(req, self._output)
+        self._responses_req = req
         self._id = id
         self._created_at = created_at
-        self._items = _Items(req, id, sealer)
-        # Only calls, diagnostics and the finish reason are kept (text deltas are not):
-        # what finish() and diagnostics need.
-        self._outline = MessageCollector()
-        self._message: ParsedMessage | None = None
         self._response: dict[str, Any] | None = None
-        self._sequence = 0
-        self._open: dict[str, Any] | None = None  # the item being streamed
-        # The delta type that adds to the open item (``()``: none, no item is open).
-        self._continued_by: type[_TextEvent] | tuple[()] = ()
-        self._open_frame: tuple[str, ...] = ()  # its delta frame, cut at number and text
-        self._text: list[str] = []  # its text (reasoning or answer) or arguments so far
-        self._call_ended = False  # the open call got its ToolCallEnd
-        self._text_frames: TextFrames[int] = TextFrames(self._delta_frame)
-
-    def _event(self, kind: str, **fields: Any) -> StreamEvent:
-        event = {"type": kind, "sequence_number": self._sequence, **fields}
-        self._sequence += 1
-        return event
 
     def _snapshot(self, status: str, usage: Usage | None = None, **extra: Any) -> dict[str, Any]:
         return _response_object(
-            self._req,
+            self._responses_req,
             id=self._id,
             created_at=self._created_at,
             status=status,
-            output=list(self._items.done),
+            output=list(self._output.items.done),
             usage=responses_usage(usage) if status != "in_progress" else None,
             **extra,
         )
 
     def start(self) -> list[StreamEvent]:
         """``response.created`` and ``response.in_progress``."""
+        event = self._output.event
         return [
-            self._event("response.created", response=self._snapshot("in_progress")),
-            self._event("response.in_progress", response=self._snapshot("in_progress")),
+            event("response.created", response=self._snapshot("in_progress")),
+            event("response.in_progress", response=self._snapshot("in_progress")),
         ]
-
-    def feed(self, events: Sequence[Event]) -> list[StreamEvent]:
-        """Stream events for a batch of parser events."""
-        return self._steps(events, self._delta_event, _same)
 
     def finish(self, usage: Usage | None = None) -> list[StreamEvent]:
         """Close the open item; then ``response.completed`` (or ``.incomplete`` when cut off)."""
-        self._message = self._outline.message()
-        status = _status(self._message.finish_reason)
+        status = _status(self._end().finish_reason)
         out = self._close()
         name = "response.completed" if status == "completed" else "response.incomplete"
         self._response = self._snapshot(status, usage)
-        out.append(self._event(name, response=self._response))
+        out.append(self._output.event(name, response=self._response))
         return out
 
     def fail(self, message: str) -> list[StreamEvent]:
         """``response.failed`` for an output that broke off (the engine failed)."""
         out = self._close()
         error = {"code": "server_error", "message": message}
-        out.append(self._event("response.failed", response=self._snapshot("failed", error=error)))
+        response = self._snapshot("failed", error=error)
+        out.append(self._output.event("response.failed", response=response))
         return out
 
     def start_sse(self) -> list[str]:
         """:meth:`start` as SSE frames."""
         return [_framed(event) for event in self.start()]
-
-    def feed_sse(self, events: Sequence[Event]) -> list[str]:
-        """:meth:`feed` as SSE frames."""
-        if len(events) == 1:
-            # The usual batch: one delta, most often more of the open item (_more, inlined).
-            event = events[0]
-            if isinstance(event, self._continued_by):
-                text = event.text
-                if not text:
-                    return []
-                self._text.append(text)
-                sequence = self._sequence
-                self._sequence = sequence + 1
-                before, middle, after = self._open_frame  # TextFrames.numbered, inlined
-                return [f"{before}{sequence}{middle}{json_string(text)}{after}"]
-        return self._steps(events, self._text_frames.numbered, _framed)
 
     def finish_sse(self, usage: Usage | None = None) -> list[str]:
         """:meth:`finish` as SSE frames."""
@@ -757,55 +706,103 @@ class ResponsesStream:
         """The final ``response`` object once :meth:`finish` made it (else None)."""
         return self._response
 
-    @property
-    def diagnostics(self) -> tuple[Diagnostic, ...]:
-        """The parser's diagnostics and tool_choice's report (after :meth:`finish`)."""
-        if self._message is None:
-            raise CallerError("diagnostics are known after finish(); call finish() first")
-        return response_diagnostics(self._message, self._req)
 
-    def _steps(
-        self,
-        events: Sequence[Event],
-        text_delta: Callable[[int, int, str], _Out],
-        other: Callable[[StreamEvent], _Out],
-    ) -> list[_Out]:
-        """A batch as stream events, each made by ``text_delta`` (output index, sequence
-        number, text) or ``other`` (any event but a text delta)."""
-        out: list[_Out] = []
-        # A batch of one event (the usual streamed delta) has nothing to merge.
-        for event in events if len(events) == 1 else coalesce(events):
-            if isinstance(event, _TEXT_EVENTS):
-                if not event.text:
-                    continue
-                if not isinstance(event, (self._continued_by, ArgumentsDelta)):
-                    out += map(other, self._open_text_item(_TEXT_ITEMS[type(event)]))
-                out.append(self._more(text_delta, event.text))
-                continue
-            self._outline.add([event])
-            if isinstance(event, ToolCallStart):
-                added = self._close()
-                item_id = self._items.item_id("fc")
-                call = self._items.function_call(item_id, event.id, event.name, "", "in_progress")
-                self._open_item(call, ArgumentsDelta)
-                added.append(self._added())
-                out += map(other, added)
-            elif isinstance(event, ReasoningEnd):
-                out += map(other, self._close())
-            elif isinstance(event, ToolCallEnd):
-                self._call_ended = True
-                out += map(other, self._close())
+class _OutputItems:
+    """Responses' block steps: every block an output item, and every event numbered
+    (``sequence_number``). An item opens with ``response.output_item.added`` (a text item
+    also with ``response.content_part.added``), each delta is one ``….delta`` event, and it
+    closes with its ``….done`` events, after which it joins the finished items."""
+
+    def __init__(self, items: _Items) -> None:
+        self.items = items
+        self._numbers = count()  # the events' sequence numbers
+        self._open: dict[str, Any] | None = None  # the item being streamed
+        self._text: list[str] = []  # its text (reasoning or answer) or arguments so far
+        self._text_frames: TextFrames[int] = TextFrames(self._delta_frame)
+
+    def event(self, kind: str, **fields: Any) -> StreamEvent:
+        """The next event (numbered)."""
+        return {"type": kind, "sequence_number": next(self._numbers), **fields}
+
+    def open_text(self, kind: TextKind) -> Opened[StreamEvent]:
+        items = self.items
+        if kind == "reasoning":
+            item = items.reasoning(items.item_id("rs"), "", "in_progress")
+            part: dict[str, Any] = {"type": "reasoning_text", "text": ""}
+        else:
+            item = items.message(items.item_id("msg"), None, "in_progress")
+            part = _output_text("")
+        opened = self._opened(item)
+        opened.frames.append(self._part_event("response.content_part.added", part))
+        return opened
+
+    def open_call(self, start: ToolCallStart) -> Opened[StreamEvent]:
+        item_id = self.items.item_id("fc")
+        call = self.items.function_call(item_id, start.id, start.name, "", "in_progress")
+        return self._opened(call)
+
+    def close(self, completed: bool) -> list[StreamEvent]:
+        """``….done`` events for the open item, which then joins the finished ones.
+
+        A text item is complete once it stops; a call only when it ended (``completed``:
+        a call the output broke off inside is ``incomplete`` and the non-streamed
+        response has none).
+        """
+        item = self._open
+        if item is None:
+            return []
+        text = "".join(self._text)
+        output_index = len(self.items.done)
+        out: list[StreamEvent] = []
+        if item["type"] == "function_call":
+            out.append(
+                self.event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=output_index,
+                    arguments=text,
+                )
+            )
+            status = "completed" if completed else "incomplete"
+            done = {**item, "arguments": text, "status": status}
+        else:
+            if item["type"] == "reasoning":
+                part: dict[str, Any] = {"type": "reasoning_text", "text": text}
+                out.append(self._text_done("response.reasoning_text.done", item, text))
+                done = self.items.reasoning(item["id"], text, "completed")
+            else:
+                part = _output_text(text)
+                out.append(self._text_done("response.output_text.done", item, text, logprobs=[]))
+                done = self.items.message(item["id"], text, "completed")
+            out.append(self._part_event("response.content_part.done", part))
+        out.append(self.event("response.output_item.done", output_index=output_index, item=done))
+        self.items.done.append(done)
+        self._open = None
         return out
 
-    def _more(self, text_delta: Callable[[int, int, str], _Out], text: str) -> _Out:
-        """More ``text`` for the open item, as the delta made by ``text_delta`` (output
-        index, sequence number, text)."""
-        self._text.append(text)
-        sequence = self._sequence
-        self._sequence = sequence + 1
-        return text_delta(len(self._items.done), sequence, text)
+    def sse(self, frame: StreamEvent) -> str:
+        return _framed(frame)
 
-    def _delta_event(self, index: int, sequence: Any, text: str) -> StreamEvent:
+    def _opened(self, item: dict[str, Any]) -> Opened[StreamEvent]:
+        index = len(self.items.done)
+        self._open = item
+        self._text = []
+        added = self.event("response.output_item.added", output_index=index, item=item)
+        keep = self._text.append
+        numbers = self._numbers
+        before, middle, after = self._text_frames.parts(index, 2)
+
+        def write_event(text: str) -> StreamEvent:
+            keep(text)
+            return self._delta(index, next(numbers), text)
+
+        def write_sse(text: str) -> str:  # the frame cut at the number and the text
+            keep(text)
+            return f"{before}{next(numbers)}{middle}{json_string(text)}{after}"
+
+        return Opened([added], write_event, write_sse)
+
+    def _delta(self, index: int, sequence: Any, text: str) -> StreamEvent:
         """The delta event of the open item, number ``index`` (``sequence``: the event's
         number, or a marker in its place)."""
         item = self._open
@@ -832,106 +829,29 @@ class ResponsesStream:
 
     def _delta_frame(self, index: int, sequence: str, text: str) -> str:
         """The full frame of a delta event of item ``index``."""
-        return _framed(self._delta_event(index, sequence, text))
-
-    # -- items
-
-    def _open_id(self) -> str:
-        assert self._open is not None
-        item_id: str = self._open["id"]
-        return item_id
-
-    def _added(self) -> StreamEvent:
-        assert self._open is not None
-        return self._event(
-            "response.output_item.added", output_index=len(self._items.done), item=self._open
-        )
+        return _framed(self._delta(index, sequence, text))
 
     def _part_event(self, kind: str, part: dict[str, Any]) -> StreamEvent:
-        return self._event(
+        assert self._open is not None
+        return self.event(
             kind,
-            item_id=self._open_id(),
-            output_index=len(self._items.done),
+            item_id=self._open["id"],
+            output_index=len(self.items.done),
             content_index=0,
             part=part,
         )
 
-    def _open_item(self, item: dict[str, Any], continued_by: type[_TextEvent]) -> None:
-        self._open = item
-        self._continued_by = continued_by
-        self._open_frame = self._text_frames.parts(len(self._items.done), 2)
-
-    def _open_text_item(self, kind: str) -> list[StreamEvent]:
-        """Close the open item; open a ``kind`` item (reasoning or message) with its part."""
-        out = self._close()
-        if kind == "reasoning":
-            item = self._items.reasoning(self._items.item_id("rs"), "", "in_progress")
-            self._open_item(item, ReasoningDelta)
-            part: dict[str, Any] = {"type": "reasoning_text", "text": ""}
-        else:
-            item = self._items.message(self._items.item_id("msg"), None, "in_progress")
-            self._open_item(item, ContentDelta)
-            part = _output_text("")
-        out.append(self._added())
-        out.append(self._part_event("response.content_part.added", part))
-        return out
-
-    def _close(self) -> list[StreamEvent]:
-        """``….done`` events for the open item, which then joins the finished ones.
-
-        A text item is complete once it stops; a call only when it ended (a call the
-        output broke off inside is ``incomplete`` and the non-streamed response has none).
-        """
-        item = self._open
-        if item is None:
-            return []
-        text = "".join(self._text)
-        output_index = len(self._items.done)
-        out: list[StreamEvent] = []
-        if item["type"] == "function_call":
-            out.append(
-                self._event(
-                    "response.function_call_arguments.done",
-                    item_id=item["id"],
-                    output_index=output_index,
-                    arguments=text,
-                )
-            )
-            status = "completed" if self._call_ended else "incomplete"
-            done = {**item, "arguments": text, "status": status}
-        else:
-            if item["type"] == "reasoning":
-                part: dict[str, Any] = {"type": "reasoning_text", "text": text}
-                out.append(self._text_done("response.reasoning_text.done", item, text))
-                done = self._items.reasoning(item["id"], text, "completed")
-            else:
-                part = _output_text(text)
-                out.append(self._text_done("response.output_text.done", item, text, logprobs=[]))
-                done = self._items.message(item["id"], text, "completed")
-            out.append(self._part_event("response.content_part.done", part))
-        out.append(self._event("response.output_item.done", output_index=output_index, item=done))
-        self._items.done.append(done)
-        self._open = None
-        self._continued_by = ()
-        self._text = []
-        self._call_ended = False
-        return out
-
     def _text_done(
         self, kind: str, item: Mapping[str, Any], text: str, **extra: Any
     ) -> StreamEvent:
-        return self._event(
+        return self.event(
             kind,
             item_id=item["id"],
-            output_index=len(self._items.done),
+            output_index=len(self.items.done),
             content_index=0,
             text=text,
             **extra,
         )
-
-
-def _same(event: StreamEvent) -> StreamEvent:
-    return event
 
 
 def _framed(event: StreamEvent) -> str:

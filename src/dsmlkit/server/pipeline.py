@@ -33,10 +33,10 @@ from typing import Any, TypeVar
 
 import anyio
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 from starlette.background import BackgroundTask
 
-from dsmlkit.api import ChatRequest, Usage, response_diagnostics
+from dsmlkit.api import ChatRequest, Usage, json_body, response_diagnostics
 from dsmlkit.api.adapters import (
     CHAT,
     MESSAGES,
@@ -121,8 +121,6 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
 
     async def remember(response: dict[str, Any]) -> None:
         """Store a Responses answer's turn (a store failure is logged, not fatal)."""
-        if not adapter.keeps_responses:
-            return
         try:
             await save(state.reasoning, sent, response, links)
         except StateStoreUnavailable as exc:
@@ -139,7 +137,8 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
             background=BackgroundTask(upstream.finish, record),
         )
 
-    async def collect() -> dict[str, Any]:
+    async def collect() -> bytes:
+        """The body, written once (a Responses answer is also stored)."""
         collector = MessageCollector()
         try:
             async with aclosing(events) as batches:
@@ -151,13 +150,16 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
         msg = collector.message()
         record.diagnostics |= kinds(response_diagnostics(msg, req))  # see kinds
         ended = replace(started, usage=outcome.usage, stop_sequence=outcome.stop_sequence)
-        return adapter.respond(msg, req.model, ended, req)
+        if not adapter.keeps_responses:
+            return adapter.respond_json(msg, req.model, ended, req)
+        response = adapter.respond(msg, req.model, ended, req)
+        await remember(response)
+        return json_body(response)
 
     result = await _cancel_on_disconnect(request, collect, record)
     if result is None:
         return Response(status_code=499)  # nobody is listening any more
-    await remember(result)
-    return JSONResponse(result, headers=headers)
+    return Response(result, media_type="application/json", headers=headers)
 
 
 # --- the stages the render routes share ------------------------------------------------

@@ -1,0 +1,104 @@
+"""Non-streamed bodies as JSON text (``json_body``, ``anthropic_response_json``): JSON-equal
+to ``json.dumps`` of the dict builders' bodies, the model output written once."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dsmlkit.api import (
+    RawJSON,
+    Usage,
+    anthropic_response,
+    anthropic_response_json,
+    json_body,
+    openai_response,
+    parse_anthropic_request,
+    parse_openai_request,
+    parse_responses_request,
+    responses_response,
+)
+from dsmlkit.api.sse import LONG_STRING
+from dsmlkit.dialects import V4_1
+from dsmlkit.parse import MessageCollector, ParsedMessage
+from tests.helpers import write_block
+from tests.test_api_sse import VECTORS
+
+USAGE = Usage(prompt_tokens=30, completion_tokens=12, cached_tokens=8)
+TOOLS = [{"type": "function", "function": {"name": "note"}}]
+CHAT = parse_openai_request(
+    {"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": TOOLS}
+)
+MESSAGES = parse_anthropic_request(
+    {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "x"}]}
+)
+RESPONSES = parse_responses_request(
+    {"model": "m", "input": "x", "tools": [{"type": "function", "name": "note"}]}
+)
+
+
+def _parsed(output: str) -> ParsedMessage:
+    parser = CHAT.new_parser("reasoning")
+    collector = MessageCollector()
+    collector.add(parser.feed(output))
+    collector.add(parser.close())
+    return collector.message()
+
+
+def _bodies_agree(msg: ParsedMessage) -> None:
+    chat = openai_response(msg, "m", id="chatcmpl-1", created=1, usage=USAGE)
+    assert json.loads(json_body(chat)) == chat
+    message = anthropic_response(msg, "m", id="msg_1", usage=USAGE, stop_sequence="x")
+    text = anthropic_response_json(msg, "m", id="msg_1", usage=USAGE, stop_sequence="x")
+    assert json.loads(text) == message
+    response = responses_response(msg, RESPONSES, id="resp_1", created_at=1, usage=USAGE)
+    assert json.loads(json_body(response)) == response
+
+
+@pytest.mark.parametrize("vector", VECTORS, ids=[v["id"] for v in VECTORS])
+def test_recorded_outputs_write_the_same_bodies(vector: dict[str, Any]) -> None:
+    _bodies_agree(_parsed(vector["text"]))
+
+
+LONG = st.text(
+    st.sampled_from(['"', "\\", "\n", "\t", "\x00", "\x7f", "é", "🚀", "<", "a", " ", "｜"]),
+    min_size=LONG_STRING,
+    max_size=LONG_STRING + 40,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(LONG, LONG, LONG, st.booleans())
+def test_long_outputs_write_the_same_bodies(
+    reasoning: str, content: str, value: str, ascii_only: bool
+) -> None:
+    if ascii_only:
+        reasoning, content, value = (
+            t.encode("ascii", "ignore").decode() for t in (reasoning, content, value)
+        )
+    call = write_block(V4_1, [("note", {"text": value})])
+    _bodies_agree(_parsed(f"{reasoning}</think>{content}{call}"))
+
+
+def test_the_parsers_argument_json_is_embedded_as_it_is() -> None:
+    msg = _parsed("</think>" + write_block(V4_1, [("note", {"text": "x" * LONG_STRING})]))
+    text = anthropic_response_json(msg, "m", id="msg_1").decode()
+    assert msg.calls[0].arguments_json in text
+
+
+def test_json_body_keeps_what_is_not_its_own() -> None:
+    """Raw JSON is embedded; a string shaped like a marker, short or long, stays a string."""
+    lookalike = "dsmlkit-" + "0" * 32
+    body = {
+        "raw": RawJSON('{"a": [1, 2.5, null]}'),
+        "lookalike": lookalike,
+        "long": [lookalike + '"' + "é" * LONG_STRING, 3, True, None, {"x": "y"}],
+        "empty": {},
+    }
+    expected = {**body, "raw": {"a": [1, 2.5, None]}}
+    assert json.loads(json_body(body)) == expected
+    assert json_body({"a": "b"}) == b'{"a":"b"}'
