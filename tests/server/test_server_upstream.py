@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import anyio
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 from dsmlkit.server import ServerConfig, create_app
 from dsmlkit.server.upstream import UpstreamStream, error_message
+from tests.server.mock_upstream import Handler, mock_upstream
 
 CHAT = {
     "model": "m",
@@ -29,12 +31,22 @@ def _chunk(text: str, finish: str | None = None) -> str:
     return "data: " + json.dumps({"choices": [choice]}) + "\n\n"
 
 
-def _client(body: bytes, content_type: str = "text/event-stream") -> TestClient:
+@contextmanager
+def _gateway(answer: Handler, **settings: Any) -> Iterator[TestClient]:
+    """A gateway in-process whose upstream answers with ``answer``."""
+    with mock_upstream(answer) as url:
+        config = ServerConfig(upstream=url, tokenizer="none", **settings)
+        with TestClient(create_app(config)) as client:
+            yield client
+
+
+def _client(
+    body: bytes, content_type: str = "text/event-stream"
+) -> AbstractContextManager[TestClient]:
     def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, headers={"content-type": content_type}, content=body)
 
-    config = ServerConfig(upstream="http://engine.test", tokenizer="none")
-    return TestClient(create_app(config, upstream_transport=httpx.MockTransport(answer)))
+    return _gateway(answer)
 
 
 def _ask(client: TestClient, **extra: Any) -> Any:
@@ -117,10 +129,10 @@ def test_malformed_chunks_are_502s(stream: str, words: str) -> None:
 def test_a_body_declared_gzip_that_is_not_is_a_502() -> None:
     def answer(request: httpx.Request) -> httpx.Response:
         headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
-        return httpx.Response(200, headers=headers, content=_chunk("plain text").encode())
+        raw = httpx.ByteStream(_chunk("plain text").encode())  # content= would decode it here
+        return httpx.Response(200, headers=headers, stream=raw)
 
-    config = ServerConfig(upstream="http://engine.test", tokenizer="none")
-    with TestClient(create_app(config, upstream_transport=httpx.MockTransport(answer))) as client:
+    with _gateway(answer) as client:
         plain = _ask(client)
         streamed = _ask(client, stream=True)
     assert plain.status_code == 502
@@ -152,28 +164,24 @@ def test_an_upstream_401_is_the_clients_only_for_the_clients_key(
     def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(401, json={"error": {"message": "bad key"}})
 
-    config = ServerConfig(upstream="http://engine.test", tokenizer="none", **settings)
-    transport = httpx.MockTransport(answer)
-    with TestClient(create_app(config, upstream_transport=transport)) as client:
+    with _gateway(answer, **settings) as client:
         response = client.post("/v1/chat/completions", json=CHAT, headers=headers)
     assert response.status_code == status
     assert "bad key" in response.json()["error"]["message"]
 
 
-class _Reads(httpx.AsyncByteStream):
+async def _arriving(reads: list[bytes]) -> AsyncIterator[bytes]:
     """A body that arrives in the given reads."""
+    for read in reads:
+        yield read
 
-    def __init__(self, reads: list[bytes]) -> None:
-        self.reads = reads
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for read in self.reads:
-            yield read
+async def _nothing_to_close() -> None:
+    pass
 
 
 def _payloads(reads: list[bytes]) -> list[dict[str, Any]]:
-    response = httpx.Response(200, stream=_Reads(reads))
-    stream = UpstreamStream(response, time.perf_counter(), time.monotonic() + 60)
+    stream = UpstreamStream(_arriving(reads), _nothing_to_close, time.perf_counter())
 
     async def read() -> list[dict[str, Any]]:
         return [chunk async for batch in stream.batches() for chunk in batch]

@@ -14,7 +14,6 @@ from types import FrameType
 from typing import Any
 
 import anyio
-import httpx
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -37,18 +36,14 @@ LOGGER = logging.getLogger("dsmlkit.server")
 OPEN_PATHS = frozenset({"/health", "/ready", *inspector.PAGE_FILES})
 
 
-def create_app(
-    config: ServerConfig | None = None,
-    *,
-    upstream_transport: httpx.AsyncBaseTransport | None = None,
-) -> FastAPI:
+def create_app(config: ServerConfig | None = None) -> FastAPI:
     """The dsmlkit server for ``config`` (default: render-only, V4.1, bundled tokenizer).
 
     Loads the tokenizers now, so a bad ``--tokenizer`` fails at start-up; each model's
     engine is read when the app starts (an engine that is down is read again on
-    ``/ready``). ``upstream_transport`` replaces the network for the upstream client (tests).
+    ``/ready``).
     """
-    state = ServerState.load(config or ServerConfig(), upstream_transport)
+    state = ServerState.load(config or ServerConfig())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -7,14 +7,16 @@ routes turn into an error in the client's API shape; nothing here ever waits for
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+import aiohttp
+import aiohttp.http_exceptions
 import anyio
-import httpx
 
 from dsmlkit.errors import UpstreamError
 from dsmlkit.server.config import redacted
@@ -51,23 +53,26 @@ class UpstreamStream:
     """An open upstream response: iterate its JSON chunks, then (always) :meth:`aclose`.
 
     Iteration ends at ``data: [DONE]`` or at the end of the body; ``seconds`` is the time
-    from sending the request to the end of the stream (or to now, while it runs). Past
-    ``deadline`` (a :func:`time.monotonic` time) the stream fails as a timeout.
+    from sending the request to the end of the stream (or to now, while it runs). The
+    client's deadline (aiohttp's total timeout, armed once per request) covers the body.
 
     ``waited`` is the part of that time spent waiting on the upstream (for the response
     headers, then for each read of the body); ``gaps`` holds the gateway's own time per read,
     from its arrival to the next read (or to the end of the stream).
 
-    A response closed at ``[DONE]`` closes its connection rather than reading on to the end
-    of the body to pool it: with many streams open, httpcore's pool walks every pooled
-    connection on each request, which costs more CPU than the new connection.
+    ``reads`` are the body's reads as they arrive; ``close`` releases the response (its
+    connection goes back to the pool when the body was read to its end, else it is closed).
     """
 
-    def __init__(self, response: httpx.Response, sent_at: float, deadline: float) -> None:
-        self._response = response
-        self._body = response.aiter_bytes()
+    def __init__(
+        self,
+        reads: AsyncIterator[bytes],
+        close: Callable[[], Awaitable[None]],
+        sent_at: float,
+    ) -> None:
+        self._reads = reads
+        self._close = close
         self._sent_at = sent_at
-        self._deadline = deadline
         self._ended_at: float | None = None
         self._arrived: float | None = None  # when the last read came, while it is handled
         self.waited = time.perf_counter() - sent_at
@@ -100,30 +105,30 @@ class UpstreamStream:
                     yield batch
             if lines.failure is not None:
                 raise lines.failure  # after the events before it
-        except httpx.TimeoutException as exc:
+        except aiohttp.ServerTimeoutError as exc:
             raise UpstreamError("timeout", "the upstream stopped sending (read timeout)") from exc
-        except httpx.DecodingError as exc:
-            raise UpstreamError("malformed", f"the upstream body cannot be decoded: {exc}") from exc
-        except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-            raise UpstreamError("broken", f"the upstream stream broke off: {exc}") from exc
+        except asyncio.TimeoutError as exc:  # the total timeout: the gateway's deadline
+            raise UpstreamError(
+                "timeout", "the upstream request ran past the gateway's deadline"
+            ) from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise _payload_error(exc) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise UpstreamError("broken", f"the upstream stream broke off: {_reason(exc)}") from exc
         finally:
             self._ended_at = self._handled()
 
     async def _blocks(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they are read, each read awaited no later than the deadline."""
+        """The body's bytes as they are read; ``waited`` counts the time spent waiting."""
+        reads = self._reads
         while True:
             asked = self._handled()
-            with anyio.move_on_after(self._deadline - time.monotonic()) as scope:
-                try:
-                    block = await self._body.__anext__()
-                except StopAsyncIteration:
-                    return
-                finally:
-                    self.waited += time.perf_counter() - asked
-            if scope.cancelled_caught:
-                raise UpstreamError(
-                    "timeout", "the upstream request ran past the gateway's deadline"
-                )
+            try:
+                block = await reads.__anext__()
+            except StopAsyncIteration:
+                return
+            finally:
+                self.waited += time.perf_counter() - asked
             self._arrived = time.perf_counter()
             yield block
 
@@ -139,7 +144,29 @@ class UpstreamStream:
         """Close the response (also when the client went away: shielded from cancellation)."""
         self._handled()
         with anyio.CancelScope(shield=True):
-            await self._response.aclose()
+            await self._close()
+
+
+def _payload_error(exc: aiohttp.ClientPayloadError) -> UpstreamError:
+    """A body that cannot be decoded (its content encoding) is malformed; one cut short is
+    broken."""
+    if isinstance(exc.__cause__, aiohttp.http_exceptions.ContentEncodingError) or (
+        "content-encoding" in str(exc).lower()
+    ):
+        return UpstreamError("malformed", f"the upstream body cannot be decoded: {_reason(exc)}")
+    return UpstreamError("broken", f"the upstream stream broke off: {_reason(exc)}")
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong, in words that never name the upstream's host or URL (aiohttp puts
+    them into the text of its connection and response errors)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return exc.os_error.strerror or type(exc.os_error).__name__
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return exc.message or type(exc).__name__
+    if isinstance(exc, aiohttp.InvalidURL):
+        return "the upstream URL is not valid"
+    return str(exc) or type(exc).__name__
 
 
 class _SseLines:
@@ -243,22 +270,25 @@ def _status_of(error: Any) -> int | None:
 
 
 class UpstreamClient:
-    """The gateway's pooled HTTP client; endpoints are chosen by the operator, never by a
-    request."""
+    """The gateway's pooled HTTP client (one aiohttp session per event loop); endpoints are
+    chosen by the operator, never by a request.
 
-    def __init__(
-        self,
-        *,
-        read_timeout: float,
-        connect_timeout: float,
-        deadline: float,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        self._client = httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport)
-        self._deadline = deadline
-        self._read_timeout = read_timeout
+    Make it inside the event loop that uses it, and :meth:`aclose` it there.
+    """
+
+    def __init__(self, *, read_timeout: float, connect_timeout: float, deadline: float) -> None:
+        self._stream_timeout = aiohttp.ClientTimeout(
+            total=deadline, connect=connect_timeout, sock_read=read_timeout
+        )
+        self._json_timeout = aiohttp.ClientTimeout(
+            total=read_timeout, connect=connect_timeout, sock_read=read_timeout
+        )
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            json_serialize=_compact_json,
+            skip_auto_headers=("user-agent",),
+        )
 
     async def open_stream(
         self,
@@ -276,23 +306,23 @@ class UpstreamClient:
         headers = {"accept": "text/event-stream"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
-        request = self._client.build_request("POST", endpoint, json=body, headers=headers)
         sent_at = time.perf_counter()
-        deadline = time.monotonic() + self._deadline
         try:
-            response = await self._client.send(request, stream=True)
-        except httpx.TimeoutException as exc:
-            raise UpstreamError("timeout", f"the upstream did not answer in time: {exc}") from exc
-        except httpx.DecodingError as exc:
-            raise UpstreamError("malformed", f"the upstream body cannot be decoded: {exc}") from exc
-        except httpx.HTTPError as exc:
-            raise UpstreamError("connect", f"cannot reach the upstream: {exc}") from exc
-        if response.status_code >= 400:
+            response = await self._session.post(
+                endpoint, json=body, headers=headers, timeout=self._stream_timeout
+            )
+        except asyncio.TimeoutError as exc:
+            raise UpstreamError("timeout", "the upstream did not answer in time") from exc
+        except aiohttp.ClientPayloadError as exc:
+            raise _payload_error(exc) from exc
+        except (aiohttp.ClientError, OSError) as exc:
+            raise UpstreamError("connect", f"cannot reach the upstream: {_reason(exc)}") from exc
+        if response.status >= 400:
             try:
                 body_bytes = await _read_limited(response)
             finally:
-                await response.aclose()
-            status = response.status_code
+                response.release()
+            status = response.status
             said = f"the upstream answered {status}: {error_message(body_bytes)}"
             if status in (401, 403) and not clients_key:
                 raise UpstreamError(
@@ -301,12 +331,16 @@ class UpstreamClient:
             raise UpstreamError("status", said, status=status)
         content_type = response.headers.get("content-type", "")
         if not content_type.startswith("text/event-stream"):
-            await response.aclose()
+            response.close()
             raise UpstreamError(
                 "malformed",
                 f"the upstream answered {content_type or 'no content type'}, not an event stream",
             )
-        return UpstreamStream(response, sent_at, deadline)
+
+        async def close() -> None:
+            response.release()
+
+        return UpstreamStream(response.content.iter_any(), close, sent_at)
 
     async def get_json(self, url: str, api_key: str | None, body: Any = None) -> Any:
         """GET (or, with ``body``, POST) ``url`` and decode its JSON answer, within the
@@ -315,47 +349,52 @@ class UpstreamClient:
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         said = f"the engine's {urlsplit(url).path or '/'}"
         shown = redacted(url)
+        method = "GET" if body is None else "POST"
         try:
-            with anyio.fail_after(self._read_timeout):
-                if body is None:
-                    response = await self._client.get(url, headers=headers)
-                else:
-                    response = await self._client.post(url, json=body, headers=headers)
-        except (TimeoutError, httpx.TimeoutException) as exc:
+            async with self._session.request(
+                method, url, json=body, headers=headers, timeout=self._json_timeout
+            ) as response:
+                content = await response.read()
+                status = response.status
+        except asyncio.TimeoutError as exc:
             raise UpstreamError("timeout", f"{said} did not answer in time", url=shown) from exc
-        except httpx.DecodingError as exc:
+        except aiohttp.ClientPayloadError as exc:
+            failure = _payload_error(exc)
+            raise UpstreamError(failure.kind, f"{said}: {failure.message}", url=shown) from exc
+        except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamError(
-                "malformed", f"{said}: the body cannot be decoded: {exc}", url=shown
+                "connect", f"cannot reach {said}: {_reason(exc)}", url=shown
             ) from exc
-        except httpx.HTTPError as exc:
-            raise UpstreamError("connect", f"cannot reach {said}: {exc}", url=shown) from exc
-        if response.status_code >= 400:
+        if status >= 400:
             raise UpstreamError(
                 "status",
-                f"{said} answered {response.status_code}: {error_message(response.content)}",
-                status=response.status_code,
+                f"{said} answered {status}: {error_message(content)}",
+                status=status,
                 url=shown,
             )
         try:
-            return response.json()
+            return json.loads(content)
         except ValueError:
             raise UpstreamError(
                 "malformed", f"{said} did not answer with JSON", url=shown
             ) from None
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        await self._session.close()
 
 
-async def _read_limited(response: httpx.Response) -> bytes:
+def _compact_json(value: Any) -> str:
+    """Upstream request bodies: JSON without spaces (an engine reads them; nobody diffs them)."""
+    return json.dumps(value, separators=(",", ":"))
+
+
+async def _read_limited(response: aiohttp.ClientResponse) -> bytes:
     parts: list[bytes] = []
     size = 0
     try:
-        async for part in response.aiter_bytes():
+        while size < _ERROR_BODY_LIMIT and (part := await response.content.readany()):
             parts.append(part)
             size += len(part)
-            if size >= _ERROR_BODY_LIMIT:
-                break
-    except httpx.HTTPError:
+    except (aiohttp.ClientError, OSError):
         pass  # a body that breaks off still has a useful beginning
     return b"".join(parts)[:_ERROR_BODY_LIMIT]
