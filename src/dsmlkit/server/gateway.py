@@ -63,6 +63,7 @@ from dsmlkit.server.forced import (
 )
 from dsmlkit.server.local_routes import read_json
 from dsmlkit.server.model_turns import Conversation
+from dsmlkit.server.offload import run_for_body
 from dsmlkit.server.prepare import model_of, prepare, prompt_length, restore_history
 from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory
 from dsmlkit.server.reqlog import RequestRecord, log_event
@@ -185,7 +186,7 @@ async def _gateway(request: Request, api: Api) -> Response:
     if model.config.upstream_api == "completions":
         plan = await _completions_plan(state, model, api, body, key[0], record)
     else:
-        plan = await anyio.to_thread.run_sync(_chat_plan, state, model, api, body)
+        plan = await run_for_body(record.body_bytes, _chat_plan, state, model, api, body)
     req = plan.req
     record.stream, record.model, record.parsed = req.stream, model.name, True
     record.prompt_tokens = plan.prompt_tokens
@@ -282,7 +283,7 @@ async def _completions_plan(
     key: str | None,
     record: RequestRecord,
 ) -> _Plan:
-    prepared = await anyio.to_thread.run_sync(prepare, state, api, body)
+    prepared = await run_for_body(record.body_bytes, prepare, state, api, body)
     req = prepared.req
     prompt: list[int] | str = (
         prepared.token_ids if prepared.token_ids is not None else prepared.encoded.text

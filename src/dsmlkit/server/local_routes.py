@@ -19,6 +19,7 @@ from dsmlkit.render.tokens import PromptTokenizer
 from dsmlkit.server.apis import build_response, new_response_id
 from dsmlkit.server.jsonbody import decode_body
 from dsmlkit.server.metrics import CONTENT_TYPE
+from dsmlkit.server.offload import run_for_body
 from dsmlkit.server.prepare import model_of, prepare, prompt_length, restore_history
 from dsmlkit.server.state import record_of, state_of
 
@@ -32,16 +33,11 @@ _COUNT_TOKENS_MAX_TOKENS = 1
 #: sends a token need not be the one that was shown its text.
 SEALED_MARKER = "[sealed reasoning]"
 
-#: Bodies at least this large are decoded in a worker thread (off the event loop).
-_THREADED_BODY_BYTES = 256 * 1024
-
 
 async def read_json(request: Request) -> Any:
     """The request body as strict JSON (see :mod:`.jsonbody`); a 400 when it is not."""
     raw = await request.body()
-    if len(raw) < _THREADED_BODY_BYTES:
-        return decode_body(raw)
-    return await anyio.to_thread.run_sync(decode_body, raw)
+    return await run_for_body(len(raw), decode_body, raw)
 
 
 def _object(body: Any) -> dict[str, Any]:

@@ -85,7 +85,7 @@ def model_of(state: ServerState, body: Any) -> ServedModel:
 def prepare(state: ServerState, api: Api, body: Any) -> Prepared:
     """Read, render and encode one request body; caller mistakes raise at once.
 
-    CPU-bound: routes run it in a worker thread.
+    CPU-bound: routes run it through :func:`~dsmlkit.server.offload.run_for_body`.
     """
     model = model_of(state, body)
     cache = state.render_cache
