@@ -18,7 +18,6 @@ import time
 from collections import Counter
 from collections.abc import (
     AsyncGenerator,
-    AsyncIterator,
     Awaitable,
     Callable,
     Mapping,
@@ -31,8 +30,7 @@ from typing import Any, TypeVar
 
 import anyio
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.background import BackgroundTask
+from fastapi.responses import JSONResponse, Response
 
 from dsmlkit.api import (
     ChatRequest,
@@ -52,6 +50,7 @@ from dsmlkit.server.apis import (
     stream_frames,
 )
 from dsmlkit.server.chat_repair import ChatRepair
+from dsmlkit.server.event_stream import EventStream
 from dsmlkit.server.forced import (
     HELD_BACK,
     CallGate,
@@ -217,12 +216,11 @@ async def _gateway(request: Request, api: Api) -> Response:
             sign_thinking=sign_thinking,
             sealer=state.keys,
         )
-        return StreamingResponse(
+        return EventStream(
             _stream_body(state, frames, events, outcome, record, keep),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no", **notes},
+            {"cache-control": "no-cache", "x-accel-buffering": "no", **notes},
             # runs after the last byte, after a disconnect, even if the body never started
-            background=BackgroundTask(_finish_upstream, calls, record),
+            partial(_finish_upstream, calls, record),
         )
 
     async def collect() -> dict[str, Any]:
@@ -487,7 +485,7 @@ async def _stream_body(
     outcome: _Outcome,
     record: RequestRecord,
     keep: Callable[[dict[str, Any]], Awaitable[None]],
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """The SSE body: frames as events arrive; an error event if the upstream fails or the
     server stops before the stream ends. A finished Responses ``response`` is kept
     (``keep``) before its last event goes out."""
