@@ -42,21 +42,28 @@ class EventStream(Response):
         self._finish = finish
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        failures: list[Exception] = []  # raised as they are, not in an exception group
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(_cancel_on_disconnect, receive, group.cancel_scope)
-                await send(
-                    {"type": "http.response.start", "status": 200, "headers": self.raw_headers}
-                )
-                async with aclosing(self._body) as texts:
-                    async for text in texts:
-                        body = text.encode()
-                        await send({"type": "http.response.body", "body": body, "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                try:
+                    await self._send(send)
+                except Exception as exc:
+                    failures.append(exc)
                 group.cancel_scope.cancel()  # the watcher's work is done
         finally:
             with anyio.CancelScope(shield=True):
                 await self._finish()
+        if failures:
+            raise failures[0]
+
+    async def _send(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        async with aclosing(self._body) as texts:
+            async for text in texts:
+                body = text.encode()
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
