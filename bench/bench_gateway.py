@@ -75,6 +75,8 @@ LITELLM_VENV = ROOT / ".peers-litellm"
 #: The proxy's master key; every client sends it (the open dsmlkit gateway ignores it).
 LITELLM_KEY = "sk-bench-" + os.urandom(16).hex()
 HOLD_INTERVAL, HOLD_CHUNKS, HOLD_WORKERS = 0.5, 10, 2
+#: How long each target's idle CPU is measured, after its stream phase.
+IDLE_SECONDS = 2.0
 USAGE = {"include_usage": True}
 #: The engine's listen backlog: the gateway opens a connection per stream, all at once.
 BACKLOG = 2048
@@ -621,6 +623,9 @@ async def measure(
         target.figures["engine"] = cpu_1 - cpu_0, chunks_1 - chunks_0
     stop_profiler(profiler)
     target.figures.update(stream=stream, load=f"{load_before} → {uptime()}")
+    before = cpu_seconds(target.pid)
+    await asyncio.sleep(IDLE_SECONDS)  # what the target spends with nothing to do
+    target.figures["idle_cpu"] = (cpu_seconds(target.pid) - before) / IDLE_SECONDS
     small_jobs = await jobs("Small", args.small)
     profiler = start_profiler(profile and profile + ".small", target.pid)
     before = cpu_seconds(target.pid)
@@ -805,9 +810,12 @@ def report(
                 f"{per_chunk:.0f} us per client chunk ({stream.events} chunks, "
                 f"{f['stream_cpu']:.2f} s)"
             )
+            small_ms = f["small_cpu"] / args.small * 1000
+            idle_ms = f["idle_cpu"] * small.wall / args.small * 1000
             print(
-                f"    small   : {f['small_cpu'] / args.small * 1000:.2f} ms CPU per request "
-                f"(setup, render, tokenize, upstream request, 5 chunks); first chunk p50 "
+                f"    small   : {small_ms:.2f} ms CPU per request "
+                f"(setup, render, tokenize, upstream request, 5 chunks), of which idle "
+                f"{idle_ms:.2f} ms ({f['idle_cpu'] * 1000:.1f} ms/s idle); first chunk p50 "
                 f"{statistics.median(small.first_chunk) * 1000:.2f} ms"
             )
         if "engine" in f:

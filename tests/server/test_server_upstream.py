@@ -221,3 +221,11 @@ def test_an_event_without_its_blank_line_ends_the_body() -> None:
 def test_an_event_that_is_not_utf8_is_read_with_replacement_characters() -> None:
     body = b'data: {"choices": [{"index": 0, "text": "a\xffb"}]}\n\n'
     assert _payloads([body]) == [{"choices": [{"index": 0, "text": "a\ufffdb"}]}]
+
+
+def test_chunks_the_fast_decoder_refuses_are_read_by_the_standard_one() -> None:
+    big, nan = {"choices": [], "n": 2**70}, b'data: {"choices": [], "x": NaN}\n\n'
+    body = b"data: " + json.dumps(big).encode() + b"\n\n" + nan
+    first, second = _payloads([body])
+    assert first == big
+    assert second["x"] != second["x"]  # NaN, as the standard decoder reads it

@@ -17,10 +17,13 @@ from urllib.parse import urlsplit
 import aiohttp
 import aiohttp.http_exceptions
 import anyio
+import orjson
 
 from dsmlkit.errors import UpstreamError
 from dsmlkit.server.config import redacted
 
+#: The content type of upstream request bodies.
+JSON = "application/json"
 #: How much of an upstream error body is read to quote its message.
 _ERROR_BODY_LIMIT = 64 * 1024
 
@@ -88,7 +91,7 @@ class UpstreamStream:
         A busy engine's events arrive several to a read; taking them together costs one
         pass through the event loop per read instead of one per event. The body is split
         into lines here, on bytes (``\n``, ``\r\n`` or ``\r``, as SSE allows), and each
-        event's payload goes to ``json.loads`` as it is. Upstream ``{"error": …}`` payloads
+        event's payload goes to the JSON decoder as it is. Upstream ``{"error": …}`` payloads
         raise.
         """
         lines = _SseLines()
@@ -223,7 +226,7 @@ class _SseLines:
 
 def _decode_chunk(data: bytes) -> dict[str, Any]:
     try:
-        chunk = json.loads(data)
+        chunk = _json_of(data)
     except UnicodeDecodeError:  # not UTF-8: read as text with replacement characters
         return _decode_chunk(data.decode("utf-8", "replace").encode())
     except (ValueError, RecursionError):
@@ -259,6 +262,25 @@ def _decode_chunk(data: bytes) -> dict[str, Any]:
     return chunk
 
 
+def _json_of(data: bytes) -> Any:
+    """``data`` decoded by orjson (a fifth of the standard decoder's time on a chunk), or
+    for what orjson refuses (bytes that are not UTF-8, ``NaN``, integers past 64 bits, very
+    deep nesting) by the standard decoder, whose rules then decide."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+
+def _json_body(value: Any) -> bytes:
+    """An upstream request body (an engine reads it; no one compares its bytes): orjson,
+    or the standard encoder for what orjson refuses (integers past 64 bits)."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:
+        return json.dumps(value, separators=(",", ":")).encode()
+
+
 def _quoted(data: bytes) -> str:
     """The start of a payload, for a message."""
     return repr(data.decode("utf-8", "replace")[:200])
@@ -285,9 +307,7 @@ class UpstreamClient:
         )
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
         self._session = aiohttp.ClientSession(
-            connector=connector,
-            json_serialize=_compact_json,
-            skip_auto_headers=("user-agent",),
+            connector=connector, skip_auto_headers=("user-agent",)
         )
 
     async def open_stream(
@@ -303,13 +323,13 @@ class UpstreamClient:
         ``clients_key`` says ``api_key`` is the client's own (forwarded): an upstream 401 or
         403 is then the client's problem, else the gateway's (kind ``auth``).
         """
-        headers = {"accept": "text/event-stream"}
+        headers = {"accept": "text/event-stream", "content-type": JSON}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         sent_at = time.perf_counter()
         try:
             response = await self._session.post(
-                endpoint, json=body, headers=headers, timeout=self._stream_timeout
+                endpoint, data=_json_body(body), headers=headers, timeout=self._stream_timeout
             )
         except asyncio.TimeoutError as exc:
             raise UpstreamError("timeout", "the upstream did not answer in time") from exc
@@ -349,10 +369,12 @@ class UpstreamClient:
         headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         said = f"the engine's {urlsplit(url).path or '/'}"
         shown = redacted(url)
-        method = "GET" if body is None else "POST"
+        method, data = ("GET", None) if body is None else ("POST", _json_body(body))
+        if data is not None:
+            headers["content-type"] = JSON
         try:
             async with self._session.request(
-                method, url, json=body, headers=headers, timeout=self._json_timeout
+                method, url, data=data, headers=headers, timeout=self._json_timeout
             ) as response:
                 content = await response.read()
                 status = response.status
@@ -373,7 +395,7 @@ class UpstreamClient:
                 url=shown,
             )
         try:
-            return json.loads(content)
+            return _json_of(content)
         except ValueError:
             raise UpstreamError(
                 "malformed", f"{said} did not answer with JSON", url=shown
@@ -381,11 +403,6 @@ class UpstreamClient:
 
     async def aclose(self) -> None:
         await self._session.close()
-
-
-def _compact_json(value: Any) -> str:
-    """Upstream request bodies: JSON without spaces (an engine reads them; nobody diffs them)."""
-    return json.dumps(value, separators=(",", ":"))
 
 
 async def _read_limited(response: aiohttp.ClientResponse) -> bytes:
