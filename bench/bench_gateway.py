@@ -75,8 +75,6 @@ LITELLM_VENV = ROOT / ".peers-litellm"
 #: The proxy's master key; every client sends it (the open dsmlkit gateway ignores it).
 LITELLM_KEY = "sk-bench-" + os.urandom(16).hex()
 HOLD_INTERVAL, HOLD_CHUNKS, HOLD_WORKERS = 0.5, 10, 2
-#: How long each target's idle CPU is measured, after its stream phase.
-IDLE_SECONDS = 2.0
 USAGE = {"include_usage": True}
 #: The engine's listen backlog: the gateway opens a connection per stream, all at once.
 BACKLOG = 2048
@@ -623,9 +621,6 @@ async def measure(
         target.figures["engine"] = cpu_1 - cpu_0, chunks_1 - chunks_0
     stop_profiler(profiler)
     target.figures.update(stream=stream, load=f"{load_before} → {uptime()}")
-    before = cpu_seconds(target.pid)
-    await asyncio.sleep(IDLE_SECONDS)  # what the target spends with nothing to do
-    target.figures["idle_cpu"] = (cpu_seconds(target.pid) - before) / IDLE_SECONDS
     small_jobs = await jobs("Small", args.small)
     profiler = start_profiler(profile and profile + ".small", target.pid)
     before = cpu_seconds(target.pid)
@@ -785,6 +780,7 @@ def report(
         f"{args.upstream_api}; {args.engine} engine"
     )
     base: dict[str, float] = {}
+    goals: list[str] = []
     for target in targets:
         f = target.figures
         stream: Load = f["stream"]
@@ -810,14 +806,13 @@ def report(
                 f"{per_chunk:.0f} us per client chunk ({stream.events} chunks, "
                 f"{f['stream_cpu']:.2f} s)"
             )
-            small_ms = f["small_cpu"] / args.small * 1000
-            idle_ms = f["idle_cpu"] * small.wall / args.small * 1000
             print(
-                f"    small   : {small_ms:.2f} ms CPU per request "
-                f"(setup, render, tokenize, upstream request, 5 chunks), of which idle "
-                f"{idle_ms:.2f} ms ({f['idle_cpu'] * 1000:.1f} ms/s idle); first chunk p50 "
+                f"    small   : {f['small_cpu'] / args.small * 1000:.2f} ms CPU per request "
+                f"(setup, render, tokenize, upstream request, 5 chunks); first chunk p50 "
                 f"{statistics.median(small.first_chunk) * 1000:.2f} ms"
             )
+        if target is not targets[0]:
+            goals.append(goal_line(target, args, p99 - base["p99"], first - base["first"]))
         if "engine" in f:
             engine_cpu, engine_chunks = f["engine"]
             engine_per_chunk = engine_cpu / engine_chunks * 1e6
@@ -850,6 +845,31 @@ def report(
             f"open at once, {load.wall:.1f} s, gateway CPU {cpu:.2f} s"
             + (f"; lost: {load.lost[:3]}" if load.lost else "")
         )
+    print("  goals (issue 18), the goal in brackets:")
+    for line in goals:
+        print(f"    {line}")
+    if hold is not None:
+        held = hold[0]
+        print(f"    hold: {held.completed}/{args.hold} streams complete, {len(held.lost)} lost (0)")
+
+
+def goal_line(target: Target, args: argparse.Namespace, p99_over: float, first_over: float) -> str:
+    """A target's figures beside the goals (in brackets): CPU per engine chunk against the
+    engine's own, CPU per small request, and what it adds to a burst's latencies."""
+    f = target.figures
+    ratio = ""
+    if "engine" in f:
+        engine_cpu, engine_chunks = f["engine"]
+        own = engine_cpu / engine_chunks * 1e6
+        ratio = (
+            f"CPU per engine chunk {f['stream_cpu'] / engine_chunks * 1e6:.0f} us, engine "
+            f"{own:.0f} us: {f['stream_cpu'] / engine_cpu:.1f}x (2x), "
+        )
+    return (
+        f"{target.name}: {ratio}small request {f['small_cpu'] / args.small * 1000:.2f} ms "
+        f"(2 ms), burst first chunk p50 {first_over:+.0f} ms (+40 ms), per-chunk p99 "
+        f"{p99_over:+.1f} ms (+10 ms) over direct"
+    )
 
 
 if __name__ == "__main__":
