@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -15,8 +16,9 @@ from fastapi.testclient import TestClient
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dsmlkit.errors import UpstreamError
 from dsmlkit.server import ServerConfig, create_app
-from dsmlkit.server.upstream import UpstreamStream, error_message
+from dsmlkit.server.upstream import UpstreamClient, UpstreamStream, error_message
 from tests.server.mock_upstream import Handler, mock_upstream
 
 CHAT = {
@@ -229,3 +231,22 @@ def test_chunks_the_fast_decoder_refuses_are_read_by_the_standard_one() -> None:
     first, second = _payloads([body])
     assert first == big
     assert second["x"] != second["x"]  # NaN, as the standard decoder reads it
+
+
+def test_a_refused_connection_is_said_without_the_address() -> None:
+    with socket.socket() as unused:  # a port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+
+    async def refused() -> UpstreamError:
+        client = UpstreamClient(read_timeout=5, connect_timeout=5, deadline=10)
+        try:
+            with pytest.raises(UpstreamError) as raised:
+                await client.open_stream(f"http://127.0.0.1:{port}/v1/completions", {}, None)
+        finally:
+            await client.aclose()
+        return raised.value
+
+    error = anyio.run(refused)
+    assert error.kind == "connect"
+    assert error.message == "cannot reach the upstream: Connection refused"

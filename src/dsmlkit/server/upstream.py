@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -164,7 +166,10 @@ def _reason(exc: BaseException) -> str:
     """What went wrong, in words that never name the upstream's host or URL (aiohttp puts
     them into the text of its connection and response errors)."""
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return exc.os_error.strerror or type(exc.os_error).__name__
+        cause = exc.os_error  # asyncio's own text for it names the address: "Connect call …"
+        if isinstance(cause, socket.gaierror) or not cause.errno:
+            return cause.strerror or type(cause).__name__
+        return os.strerror(cause.errno)
     if isinstance(exc, aiohttp.ClientResponseError):
         return exc.message or type(exc).__name__
     if isinstance(exc, aiohttp.InvalidURL):
