@@ -250,3 +250,15 @@ def test_a_refused_connection_is_said_without_the_address() -> None:
     error = anyio.run(refused)
     assert error.kind == "connect"
     assert error.message == "cannot reach the upstream: Connection refused"
+
+
+def test_a_redirect_is_not_followed() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/elsewhere"):
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=b"")
+        return httpx.Response(307, headers={"location": "/elsewhere"})
+
+    with _gateway(answer) as client:
+        response = _ask(client)
+    assert response.status_code == 502
+    assert "not an event stream" in response.json()["error"]["message"]

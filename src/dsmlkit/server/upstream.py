@@ -334,7 +334,11 @@ class UpstreamClient:
         sent_at = time.perf_counter()
         try:
             response = await self._session.post(
-                endpoint, data=_json_body(body), headers=headers, timeout=self._stream_timeout
+                endpoint,
+                data=_json_body(body),
+                headers=headers,
+                timeout=self._stream_timeout,
+                allow_redirects=False,  # as before: a redirect is an answer, not followed
             )
         except asyncio.TimeoutError as exc:
             raise UpstreamError("timeout", "the upstream did not answer in time") from exc
@@ -379,7 +383,12 @@ class UpstreamClient:
             headers["content-type"] = JSON
         try:
             async with self._session.request(
-                method, url, data=data, headers=headers, timeout=self._json_timeout
+                method,
+                url,
+                data=data,
+                headers=headers,
+                timeout=self._json_timeout,
+                allow_redirects=False,
             ) as response:
                 content = await response.read()
                 status = response.status
