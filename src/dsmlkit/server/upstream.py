@@ -26,6 +26,8 @@ from dsmlkit.server.config import redacted
 
 #: The content type of upstream request bodies.
 JSON = "application/json"
+#: How long an idle upstream connection stays in the pool.
+_KEEPALIVE_SECONDS = 4.0
 #: How much of an upstream error body is read to quote its message.
 _ERROR_BODY_LIMIT = 64 * 1024
 
@@ -310,7 +312,9 @@ class UpstreamClient:
         self._json_timeout = aiohttp.ClientTimeout(
             total=read_timeout, connect=connect_timeout, sock_read=read_timeout
         )
-        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=30)
+        # idle connections are dropped before an engine under uvicorn drops them (its
+        # keep-alive timeout is 5 s), so none is taken from the pool as it closes
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=_KEEPALIVE_SECONDS)
         self._session = aiohttp.ClientSession(
             connector=connector, skip_auto_headers=("user-agent",)
         )
