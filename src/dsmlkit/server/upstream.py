@@ -157,10 +157,9 @@ class UpstreamStream:
 def _payload_error(exc: aiohttp.ClientPayloadError) -> UpstreamError:
     """A body that cannot be decoded (its content encoding) is malformed; one cut short is
     broken."""
-    if isinstance(exc.__cause__, aiohttp.http_exceptions.ContentEncodingError) or (
-        "content-encoding" in str(exc).lower()
-    ):
-        return UpstreamError("malformed", f"the upstream body cannot be decoded: {_reason(exc)}")
+    cause = exc.__cause__
+    if isinstance(cause, aiohttp.http_exceptions.ContentEncodingError):
+        return UpstreamError("malformed", f"the upstream body cannot be decoded: {cause.message}")
     return UpstreamError("broken", f"the upstream stream broke off: {_reason(exc)}")
 
 
