@@ -780,6 +780,7 @@ def report(
         f"{args.upstream_api}; {args.engine} engine"
     )
     base: dict[str, float] = {}
+    goals: list[str] = []
     for target in targets:
         f = target.figures
         stream: Load = f["stream"]
@@ -810,6 +811,8 @@ def report(
                 f"(setup, render, tokenize, upstream request, 5 chunks); first chunk p50 "
                 f"{statistics.median(small.first_chunk) * 1000:.2f} ms"
             )
+        if target is not targets[0]:
+            goals.append(goal_line(target, args, p99 - base["p99"], first - base["first"]))
         if "engine" in f:
             engine_cpu, engine_chunks = f["engine"]
             engine_per_chunk = engine_cpu / engine_chunks * 1e6
@@ -842,6 +845,31 @@ def report(
             f"open at once, {load.wall:.1f} s, gateway CPU {cpu:.2f} s"
             + (f"; lost: {load.lost[:3]}" if load.lost else "")
         )
+    print("  goals (issue 18), the goal in brackets:")
+    for line in goals:
+        print(f"    {line}")
+    if hold is not None:
+        held = hold[0]
+        print(f"    hold: {held.completed}/{args.hold} streams complete, {len(held.lost)} lost (0)")
+
+
+def goal_line(target: Target, args: argparse.Namespace, p99_over: float, first_over: float) -> str:
+    """A target's figures beside the goals (in brackets): CPU per engine chunk against the
+    engine's own, CPU per small request, and what it adds to a burst's latencies."""
+    f = target.figures
+    ratio = ""
+    if "engine" in f:
+        engine_cpu, engine_chunks = f["engine"]
+        own = engine_cpu / engine_chunks * 1e6
+        ratio = (
+            f"CPU per engine chunk {f['stream_cpu'] / engine_chunks * 1e6:.0f} us, engine "
+            f"{own:.0f} us: {f['stream_cpu'] / engine_cpu:.1f}x (2x), "
+        )
+    return (
+        f"{target.name}: {ratio}small request {f['small_cpu'] / args.small * 1000:.2f} ms "
+        f"(2 ms), burst first chunk p50 {first_over:+.0f} ms (+40 ms), per-chunk p99 "
+        f"{p99_over:+.1f} ms (+10 ms) over direct"
+    )
 
 
 if __name__ == "__main__":

@@ -63,6 +63,8 @@ class RawEngine:
                 pass
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away (between requests: the end of a kept-alive connection)
+        except asyncio.CancelledError:
+            pass  # the engine stops with a kept-alive connection still open (a pooling client)
         finally:
             writer.close()
 

@@ -171,7 +171,8 @@ def test_missing_server_extra_says_what_to_install(
 
 
 def test_help_works_without_the_server_extra() -> None:
-    blocked = "; ".join(f"sys.modules[{name!r}] = None" for name in ("fastapi", "uvicorn", "httpx"))
+    server_extra = ("fastapi", "uvicorn", "aiohttp", "httpx")
+    blocked = "; ".join(f"sys.modules[{name!r}] = None" for name in server_extra)
     code = f"import sys; {blocked}; from dsmlkit.cli import main; main(['serve', '--help'])"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dsmlkit.server import ServerConfig, create_app
+from tests.server.mock_upstream import mock_upstream
 
 EXAMPLES = int(os.environ.get("DSMLKIT_FUZZ_EXAMPLES", "40"))
 
@@ -179,12 +180,10 @@ def _upstream(request: httpx.Request) -> httpx.Response:
 
 @pytest.fixture(scope="module", params=["completions", "chat"])
 def client(request: pytest.FixtureRequest, v41_tokenizer: str) -> Iterator[TestClient]:
-    config = ServerConfig(
-        upstream="http://engine.test", upstream_api=request.param, tokenizer=v41_tokenizer
-    )
-    app = create_app(config, upstream_transport=httpx.MockTransport(_upstream))
-    with TestClient(app, raise_server_exceptions=False) as test_client:
-        yield test_client
+    with mock_upstream(_upstream) as url:
+        config = ServerConfig(upstream=url, upstream_api=request.param, tokenizer=v41_tokenizer)
+        with TestClient(create_app(config), raise_server_exceptions=False) as test_client:
+            yield test_client
 
 
 #: A string standing for an array nested that deep (spliced in after encoding).

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import anyio
@@ -15,7 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsmlkit.server import ServerConfig, create_app
-from dsmlkit.server.upstream import UpstreamStream, error_message
+from dsmlkit.server.errors import UpstreamError
+from dsmlkit.server.upstream import UpstreamClient, UpstreamStream, error_message
+from tests.server.mock_upstream import Handler, mock_upstream
 
 CHAT = {
     "model": "m",
@@ -29,12 +33,22 @@ def _chunk(text: str, finish: str | None = None) -> str:
     return "data: " + json.dumps({"choices": [choice]}) + "\n\n"
 
 
-def _client(body: bytes, content_type: str = "text/event-stream") -> TestClient:
+@contextmanager
+def _gateway(answer: Handler, **settings: Any) -> Iterator[TestClient]:
+    """A gateway in-process whose upstream answers with ``answer``."""
+    with mock_upstream(answer) as url:
+        config = ServerConfig(upstream=url, tokenizer="none", **settings)
+        with TestClient(create_app(config)) as client:
+            yield client
+
+
+def _client(
+    body: bytes, content_type: str = "text/event-stream"
+) -> AbstractContextManager[TestClient]:
     def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, headers={"content-type": content_type}, content=body)
 
-    config = ServerConfig(upstream="http://engine.test", tokenizer="none")
-    return TestClient(create_app(config, upstream_transport=httpx.MockTransport(answer)))
+    return _gateway(answer)
 
 
 def _ask(client: TestClient, **extra: Any) -> Any:
@@ -117,10 +131,10 @@ def test_malformed_chunks_are_502s(stream: str, words: str) -> None:
 def test_a_body_declared_gzip_that_is_not_is_a_502() -> None:
     def answer(request: httpx.Request) -> httpx.Response:
         headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
-        return httpx.Response(200, headers=headers, content=_chunk("plain text").encode())
+        raw = httpx.ByteStream(_chunk("plain text").encode())  # content= would decode it here
+        return httpx.Response(200, headers=headers, stream=raw)
 
-    config = ServerConfig(upstream="http://engine.test", tokenizer="none")
-    with TestClient(create_app(config, upstream_transport=httpx.MockTransport(answer))) as client:
+    with _gateway(answer) as client:
         plain = _ask(client)
         streamed = _ask(client, stream=True)
     assert plain.status_code == 502
@@ -152,28 +166,24 @@ def test_an_upstream_401_is_the_clients_only_for_the_clients_key(
     def answer(request: httpx.Request) -> httpx.Response:
         return httpx.Response(401, json={"error": {"message": "bad key"}})
 
-    config = ServerConfig(upstream="http://engine.test", tokenizer="none", **settings)
-    transport = httpx.MockTransport(answer)
-    with TestClient(create_app(config, upstream_transport=transport)) as client:
+    with _gateway(answer, **settings) as client:
         response = client.post("/v1/chat/completions", json=CHAT, headers=headers)
     assert response.status_code == status
     assert "bad key" in response.json()["error"]["message"]
 
 
-class _Reads(httpx.AsyncByteStream):
+async def _arriving(reads: list[bytes]) -> AsyncIterator[bytes]:
     """A body that arrives in the given reads."""
+    for read in reads:
+        yield read
 
-    def __init__(self, reads: list[bytes]) -> None:
-        self.reads = reads
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for read in self.reads:
-            yield read
+async def _nothing_to_close() -> None:
+    pass
 
 
 def _payloads(reads: list[bytes]) -> list[dict[str, Any]]:
-    response = httpx.Response(200, stream=_Reads(reads))
-    stream = UpstreamStream(response, time.perf_counter(), time.monotonic() + 60)
+    stream = UpstreamStream(_arriving(reads), _nothing_to_close, time.perf_counter())
 
     async def read() -> list[dict[str, Any]]:
         return [chunk async for batch in stream.batches() for chunk in batch]
@@ -213,3 +223,42 @@ def test_an_event_without_its_blank_line_ends_the_body() -> None:
 def test_an_event_that_is_not_utf8_is_read_with_replacement_characters() -> None:
     body = b'data: {"choices": [{"index": 0, "text": "a\xffb"}]}\n\n'
     assert _payloads([body]) == [{"choices": [{"index": 0, "text": "a\ufffdb"}]}]
+
+
+def test_chunks_the_fast_decoder_refuses_are_read_by_the_standard_one() -> None:
+    big, nan = {"choices": [], "n": 2**70}, b'data: {"choices": [], "x": NaN}\n\n'
+    body = b"data: " + json.dumps(big).encode() + b"\n\n" + nan
+    first, second = _payloads([body])
+    assert first == big
+    assert second["x"] != second["x"]  # NaN, as the standard decoder reads it
+
+
+def test_a_refused_connection_is_said_without_the_address() -> None:
+    with socket.socket() as unused:  # a port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+
+    async def refused() -> UpstreamError:
+        client = UpstreamClient(read_timeout=5, connect_timeout=5, deadline=10)
+        try:
+            with pytest.raises(UpstreamError) as raised:
+                await client.open_stream(f"http://127.0.0.1:{port}/v1/completions", {}, None)
+        finally:
+            await client.aclose()
+        return raised.value
+
+    error = anyio.run(refused)
+    assert error.kind == "connect"
+    assert error.message == "cannot reach the upstream: Connection refused"
+
+
+def test_a_redirect_is_not_followed() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/elsewhere"):
+            return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=b"")
+        return httpx.Response(307, headers={"location": "/elsewhere"})
+
+    with _gateway(answer) as client:
+        response = _ask(client)
+    assert response.status_code == 502
+    assert "not an event stream" in response.json()["error"]["message"]

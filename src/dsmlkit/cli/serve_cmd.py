@@ -1,6 +1,6 @@
 """``dsmlkit serve``: the render endpoints, and with an upstream a DSML gateway.
 
-FastAPI, uvicorn and httpx (the ``[server]`` extra) are imported only when the command
+FastAPI, uvicorn and aiohttp (the ``[server]`` extra) are imported only when the command
 runs, so ``dsmlkit --help`` works without them. Every flag can also be given as an
 environment variable: ``--upstream-timeout`` is ``DSMLKIT_UPSTREAM_TIMEOUT`` (``DSMLKIT_``
 plus the flag's name in capitals, dashes as underscores); a flag on the command line wins.

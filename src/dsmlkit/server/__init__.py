@@ -1,6 +1,6 @@
 """``dsmlkit serve``: render endpoints and a DSML gateway in front of real engines.
 
-Needs the ``[server]`` extra (FastAPI, uvicorn, httpx). :func:`create_app` builds the ASGI
+Needs the ``[server]`` extra (FastAPI, uvicorn, aiohttp). :func:`create_app` builds the ASGI
 app from a :class:`ServerConfig`; see ``docs/server.md`` for the routes.
 """
 

@@ -11,26 +11,21 @@ import json
 import re
 from typing import Any
 
-import anyio
 from starlette.requests import Request
 
 from dsmlkit.errors import InvalidRequest
+from dsmlkit.server.offload import run_for_body
 
 #: Deepest nesting of arrays and objects accepted (JSON Schemas rarely pass 20).
 MAX_DEPTH = 64
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-#: Bodies at least this large are decoded in a worker thread (off the event loop).
-_THREADED_BODY_BYTES = 256 * 1024
-
-
 async def read_json(request: Request) -> tuple[Any, int]:
-    """The request body as strict JSON, and its size in bytes; a 400 when it is not JSON."""
+    """The request body as strict JSON, and its size in bytes; a 400 when it is not JSON
+    (large bodies are decoded off the event loop: :func:`.offload.run_for_body`)."""
     raw = await request.body()
-    if len(raw) < _THREADED_BODY_BYTES:
-        return decode_body(raw), len(raw)
-    return await anyio.to_thread.run_sync(decode_body, raw), len(raw)
+    return await run_for_body(len(raw), decode_body, raw), len(raw)
 
 
 class _NonFinite(float):

@@ -19,7 +19,8 @@ from dsmlkit.render import RenderResult
 from dsmlkit.render.tokens import PromptTokenizer
 from dsmlkit.server.jsonbody import read_json
 from dsmlkit.server.metrics import CONTENT_TYPE
-from dsmlkit.server.pipeline import off_loop, read_request, resolve_model, restore_state
+from dsmlkit.server.offload import run_for_body
+from dsmlkit.server.pipeline import read_request, resolve_model, restore_state
 from dsmlkit.server.plan import Prompt, prompt_length, render_prompt
 from dsmlkit.server.state import ServedModel, ServerState, record_of, state_of
 
@@ -47,7 +48,7 @@ async def _prompt(
 ) -> Prompt:
     """The pipeline's typed request and plan stages for a body with no state to restore."""
     req, _ = await read_request(state, adapter, model, body, size)
-    return await off_loop(size, render_prompt, state, model, req)
+    return await run_for_body(size, render_prompt, state, model, req)
 
 
 @router.api_route("/health", methods=["GET", "HEAD"])
@@ -142,7 +143,7 @@ async def _render(request: Request, adapter: ApiAdapter) -> dict[str, Any]:
     record.model = model.name
     read, _ = await read_request(state, adapter, model, sent, size)
     req = (await restore_state(state, read, record)).req
-    prepared = await off_loop(size, render_prompt, state, model, req)
+    prepared = await run_for_body(size, render_prompt, state, model, req)
     result = prepared.result
     notes = prepared.notes
     betas = request.headers.get(adapter.beta_header) if adapter.beta_header else None
@@ -154,7 +155,7 @@ async def _render(request: Request, adapter: ApiAdapter) -> dict[str, Any]:
     shown, shown_ids = prepared, ids
     sealed = [m.param for m in req.conversation.messages if m.reasoning_sealed]
     if sealed:
-        shown = await off_loop(size, render_prompt, state, model, _redacted(req))
+        shown = await run_for_body(size, render_prompt, state, model, _redacted(req))
         shown_ids = None
         notes.append(
             f"sealed reasoning is shown as {SEALED_MARKER!r} ({', '.join(sealed)}) and "

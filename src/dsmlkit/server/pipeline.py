@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import replace
 from functools import partial
@@ -33,8 +33,7 @@ from typing import Any, TypeVar
 
 import anyio
 from fastapi import APIRouter, Request
-from fastapi.responses import Response, StreamingResponse
-from starlette.background import BackgroundTask
+from fastapi.responses import Response
 
 from dsmlkit.api import ChatRequest, Usage, json_body, response_diagnostics
 from dsmlkit.api.adapters import (
@@ -50,8 +49,10 @@ from dsmlkit.api.errors import ApiError
 from dsmlkit.parse import Event, MessageCollector
 from dsmlkit.server.apis import upstream_api_error
 from dsmlkit.server.errors import UpstreamError
+from dsmlkit.server.event_stream import EventStream, watch_disconnect
 from dsmlkit.server.fold import Outcome, Upstream, fold, kinds
 from dsmlkit.server.jsonbody import read_json
+from dsmlkit.server.offload import run_for_body
 from dsmlkit.server.plan import (
     Prompt,
     UpstreamPlan,
@@ -75,9 +76,6 @@ router = APIRouter()
 _DISCONNECTED = ("client_disconnected", "the client went away; the upstream request was closed")
 #: Answers whose ``max_tokens`` was lowered to fit the context say so, with the value sent.
 CLAMPED_HEADER = "x-dsmlkit-max-tokens-clamped"
-#: Request bodies at least this large are read and rendered in a worker thread (off the
-#: event loop); smaller ones cost less than the hop.
-_THREADED_BODY_BYTES = 64 * 1024
 
 
 @router.post("/v1/chat/completions")
@@ -129,12 +127,11 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
     if req.stream:
         usage = Usage(plan.prompt_tokens, 0) if plan.prompt_tokens is not None else None
         writer = adapter.open_stream(req, replace(started, usage=usage))
-        return StreamingResponse(
+        return EventStream(
             _stream_body(state, writer, events, outcome, record, remember),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no", **headers},
+            {"cache-control": "no-cache", "x-accel-buffering": "no", **headers},
             # runs after the last byte, after a disconnect, even if the body never started
-            background=BackgroundTask(upstream.finish, record),
+            partial(upstream.finish, record),
         )
 
     async def collect() -> bytes:
@@ -181,7 +178,7 @@ async def read_request(
         history, links = await stored_history(state.reasoning, body)
     signatures = state.reasoning.signer
     context = ReadContext(model.dialect, state.keys, state.render_cache, signatures, history)
-    return await off_loop(size, adapter.read, body, context), links
+    return await run_for_body(size, adapter.read, body, context), links
 
 
 async def restore_state(state: ServerState, req: ChatRequest, record: RequestRecord) -> Restored:
@@ -191,13 +188,6 @@ async def restore_state(state: ServerState, req: ChatRequest, record: RequestRec
     record.history_changed = restored.changed
     record.reasoning_restored, record.state_error = restored.reasoning, restored.error
     return restored
-
-
-async def off_loop(size: int, work: Callable[..., T], *args: Any) -> T:
-    """``work(*args)``, in a worker thread for a body of ``size`` bytes or more."""
-    if size < _THREADED_BODY_BYTES:
-        return work(*args)
-    return await anyio.to_thread.run_sync(work, *args)
 
 
 async def plan_upstream(
@@ -214,7 +204,7 @@ async def plan_upstream(
     req = restored.req
     if model.config.upstream_api != "completions":
         return chat_plan(model, req, body, restored.put_back)
-    prompt: Prompt = await off_loop(size, render_prompt, state, model, req)
+    prompt: Prompt = await run_for_body(size, render_prompt, state, model, req)
     asked = time.perf_counter()
     prompt_tokens = await prompt_length(state, prompt, key)
     record.upstream_wait = time.perf_counter() - asked  # the engine's /tokenize count
@@ -249,7 +239,7 @@ async def _stream_body(
     outcome: Outcome,
     record: RequestRecord,
     remember: Callable[[dict[str, Any]], Awaitable[None]],
-) -> AsyncIterator[str]:
+) -> AsyncGenerator[str, None]:
     """The SSE body: frames as events arrive; an error event if the upstream fails or the
     server stops before the stream ends. A finished Responses ``response`` is kept
     (``remember``) before its last event goes out."""
@@ -298,10 +288,8 @@ async def _cancel_on_disconnect(
     async with anyio.create_task_group() as group:
 
         async def watch() -> None:
-            while (await request.receive())["type"] != "http.disconnect":
-                pass
+            await watch_disconnect(request.receive, group.cancel_scope)
             record.fail(*_DISCONNECTED)
-            group.cancel_scope.cancel()
 
         group.start_soon(watch)
         try:

@@ -40,6 +40,8 @@ class RequestRecord:
     method: str
     route: str
     started: float = field(default_factory=time.perf_counter)
+    #: The size of the request body (it decides whether rendering takes a worker thread).
+    body_bytes: int = 0
     status: int = 0
     stream: bool = False
     model: str | None = None

@@ -72,7 +72,6 @@ def configure_logging(level: str) -> None:
         logger.handlers[:] = []
         logger.propagate = True
     ACCESS_LOGGER.setLevel(logging.INFO)
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per upstream request
     logging.captureWarnings(True)
 
 

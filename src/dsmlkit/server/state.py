@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-import httpx
 from starlette.requests import Request
 
 from dsmlkit.api.errors import ApiError
@@ -122,7 +121,6 @@ class ServerState:
 
     config: ServerConfig
     models: list[ServedModel]
-    upstream_transport: httpx.AsyncBaseTransport | None = None
     metrics: Metrics = field(default_factory=Metrics)
     started: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False
@@ -143,15 +141,13 @@ class ServerState:
         self.reasoning = ReasoningMemory(store, ThinkingSigner(self.keys))
 
     @classmethod
-    def load(
-        cls, config: ServerConfig, transport: httpx.AsyncBaseTransport | None = None
-    ) -> ServerState:
+    def load(cls, config: ServerConfig) -> ServerState:
         """Load every model's tokenizer (a bad ``tokenizer`` setting raises here)."""
         models = [
             ServedModel(model, *load_prompt_tokenizer(model.tokenizer))
             for model in config.model_configs
         ]
-        return cls(config, models, transport)
+        return cls(config, models)
 
     @property
     def default(self) -> ServedModel:
@@ -184,13 +180,12 @@ class ServerState:
         return Route(model, endpoint, self.upstream(), key, forwarded)
 
     def upstream(self) -> UpstreamClient:
-        """The upstream client (made on first use)."""
+        """The upstream client (made on first use, in the event loop that serves)."""
         if self._upstream is None:
             self._upstream = UpstreamClient(
                 read_timeout=self.config.upstream_timeout,
                 connect_timeout=self.config.connect_timeout,
                 deadline=self.config.upstream_deadline,
-                transport=self.upstream_transport,
             )
         return self._upstream
 
