@@ -25,10 +25,10 @@ from dsmlkit.api.common import (
     resolve_thinking,
     response_diagnostics,
 )
-from dsmlkit.api.fields import Field
 from dsmlkit.api.sse import TextFrames, json_string, sse_anthropic
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
+from dsmlkit.fields import Field
 from dsmlkit.parse import (
     ArgumentsDelta,
     ContentDelta,
@@ -175,7 +175,7 @@ def _is_server_block(kind: str) -> bool:
 def _tool_use(block: Field) -> HistoryCall:
     return HistoryCall(
         block["id"].nonempty_string(),
-        tool_name(block["name"].value, block["name"].path),
+        tool_name(block["name"]),
         dict(block["input"].object()),
     )
 
@@ -270,7 +270,7 @@ class _Conversation:
             "assistant",
             (TextPart(text),) if text or empty else (),
             reasoning="".join(reasoning) if reasoning else None,
-            tool_calls=check_call_ids(calls, content.path),
+            tool_calls=check_call_ids(calls, content),
         )
 
     def _user(self, where: str, content: Field) -> list[Message]:
@@ -295,7 +295,7 @@ class _Conversation:
             elif kind == "document":
                 parts.append(_document_part(block))
             elif kind == "tool_reference":
-                parts.append(TextPart(tool_reference(block.object(), block.path).name))
+                parts.append(TextPart(tool_reference(block).name))
             elif kind == "tool_result":
                 flush()
                 messages += self._tool_result(block)
@@ -323,7 +323,7 @@ class _Conversation:
                 elif kind == "document":
                     texts.append(_document_part(part))
                 elif kind == "tool_reference":
-                    references.append(tool_reference(part.object(), part.path))
+                    references.append(tool_reference(part))
                 elif kind == "image":
                     images.append(_image_part(part))
                 else:

@@ -23,10 +23,10 @@ from dsmlkit.api.common import (
     resolve_thinking,
     response_diagnostics,
 )
-from dsmlkit.api.fields import Field
 from dsmlkit.api.sse import SSE_DONE, TextFrames, sse_openai
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
+from dsmlkit.fields import Field
 from dsmlkit.parse import (
     ArgumentsDelta,
     ContentDelta,
@@ -83,9 +83,9 @@ def parse_openai_request(
     thinking, effort = _thinking(root, resolved, notes)
     note_ignored(root, IGNORED_FIELDS, notes)
     conversation = finish_conversation(
-        [as_instruction(message) for message in read_messages(body.get("messages"), notes, cache)],
-        read_tools(body.get("tools"), "tools"),
-        read_response_format(body.get("response_format"), "response_format"),
+        [as_instruction(message) for message in read_messages(root["messages"], notes, cache)],
+        read_tools(root["tools"]),
+        read_response_format(root["response_format"]),
         notes,
         _tool_choice(root["tool_choice"]),
     )

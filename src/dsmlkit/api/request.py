@@ -6,11 +6,11 @@ from typing import Any
 
 from dsmlkit.api.anthropic import parse_anthropic_request, read_anthropic_tools
 from dsmlkit.api.common import Api, ChatRequest, ParseOptions
-from dsmlkit.api.fields import Field
 from dsmlkit.api.openai import parse_openai_request
 from dsmlkit.api.responses import parse_responses_request, read_responses_tools
 from dsmlkit.api.seal import Sealer
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
+from dsmlkit.fields import Field
 from dsmlkit.render import RenderCache, resolve_dialect
 from dsmlkit.render.conversation import read_tools, unique_tools
 
@@ -47,7 +47,7 @@ def parse_options(
     elif api == "responses":
         typed, _ = read_responses_tools(Field(tools, "tools"), [])
     else:
-        typed = list(read_tools(tools, "tools"))
+        typed = list(read_tools(Field(tools, "tools")))
     return ParseOptions(resolve_dialect(dialect), unique_tools(typed))
 
 

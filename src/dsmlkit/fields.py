@@ -1,14 +1,15 @@
-"""Reading a JSON request body field by field, with errors that name the field.
+"""Reading a JSON request field by field, with errors that name the field.
 
 A :class:`Field` is a value plus its path in the request (``messages[3].content[1]``).
 Every accessor either returns the value with the expected JSON type or raises
-:class:`~dsmlkit.errors.InvalidRequest` (400) naming that path.
+:class:`~dsmlkit.errors.InvalidRequest` (400) naming that path. It is the one reader of
+requests: the canonical form (:mod:`dsmlkit.render.conversation`) and every API reader
+(:mod:`dsmlkit.api`) read with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from dsmlkit.errors import InvalidRequest
@@ -22,12 +23,21 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
-@dataclass(frozen=True)
 class Field:
-    """A JSON value found at ``path`` (``MISSING`` when the key was absent)."""
+    """A JSON value found at ``path`` (``MISSING`` when the key was absent).
 
-    value: Any
-    path: str
+    Treat it as read-only (a plain class: readers make one per field they look at, and a
+    frozen dataclass initialises several times slower).
+    """
+
+    __slots__ = ("path", "value")
+
+    def __init__(self, value: Any, path: str) -> None:
+        self.value = value
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"Field({self.value!r}, {self.path!r})"
 
     def __getitem__(self, key: str) -> Field:
         """The member ``key`` of this object (``MISSING`` when absent)."""
@@ -89,6 +99,22 @@ class Field:
         if value not in allowed:
             raise self.error(f"must be one of {', '.join(sorted(allowed))}; got {value!r}")
         return value
+
+    def optional_string(self) -> str | None:
+        """A string or nothing (absent or null: None); the canonical form's wording."""
+        if not self.present:
+            return None
+        if not isinstance(self.value, str):
+            raise self.error("expected a string")
+        return self.value
+
+    def flag(self) -> bool:
+        """True or false (absent or null: false); the canonical form's wording."""
+        if not self.present:
+            return False
+        if not isinstance(self.value, bool):
+            raise self.error("expected true or false")
+        return self.value
 
     def type_tag(self) -> str:
         """The ``type`` member of an object (a content part or block)."""
