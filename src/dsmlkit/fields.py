@@ -41,8 +41,10 @@ class Field:
 
     def __getitem__(self, key: str) -> Field:
         """The member ``key`` of this object (``MISSING`` when absent)."""
-        member = self.object().get(key, MISSING)
-        return Field(member, f"{self.path}.{key}" if self.path else key)
+        value = self.value
+        if value.__class__ is not dict:  # JSON gives dicts: the usual case checks nothing more
+            value = self.object()
+        return Field(value.get(key, MISSING), f"{self.path}.{key}" if self.path else key)
 
     @property
     def present(self) -> bool:

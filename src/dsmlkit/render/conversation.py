@@ -498,8 +498,9 @@ def read_messages(
     if not isinstance(items, list) or not items:
         raise messages.error("expected a non-empty list of messages")
     read = []
+    path = messages.path
     for index, raw in enumerate(items):
-        where = f"{messages.path}[{index}]"
+        where = f"{path}[{index}]"
         shape = _message_key(raw, where)
         if shape is None:
             read.append(_message(Field(raw, where), notes))
@@ -515,14 +516,12 @@ def read_messages(
     return read
 
 
-_CALL_KEYS = frozenset(("id", "type", "function"))
-_FUNCTION_KEYS = frozenset(("name", "arguments"))
-
-
 def _message_key(raw: Any, where: str) -> tuple[tuple[Any, ...], int] | None:
     """Everything a message of a usual shape is read from, as strings (type-exact, so
-    equal keys read alike), with its place; and how many characters that is. None for any
-    other shape, and for one the full reader would refuse (a bad tool name)."""
+    equal keys read alike), after its place and role, in one flat tuple (an assistant
+    message: content, reasoning, its number of calls, then each call's id, name and
+    arguments text); and how many characters those strings hold. None for any other
+    shape, and for one the full reader would refuse (a bad tool name)."""
     if raw.__class__ is not dict:
         return None
     role = raw.get("role")
@@ -530,7 +529,7 @@ def _message_key(raw: Any, where: str) -> tuple[tuple[Any, ...], int] | None:
     if role == "tool":
         call_id = raw.get("tool_call_id")
         if len(raw) == 3 and content.__class__ is str and call_id.__class__ is str:
-            return (where, role, call_id, content), len(content) + len(call_id)
+            return (where, role, call_id, content), len(call_id) + len(content)
         return None
     if role in ("user", "system"):
         if len(raw) == 2 and content.__class__ is str:
@@ -553,21 +552,23 @@ def _message_key(raw: Any, where: str) -> tuple[tuple[Any, ...], int] | None:
         return (where, role, content, reasoning, None), chars
     if calls.__class__ is not list:
         return None
-    call_keys = []
+    key: list[Any] = [where, role, content, reasoning, len(calls)]
     for call in calls:
-        if call.__class__ is not dict or call.keys() != _CALL_KEYS or call["type"] != "function":
+        # Three members, each of its type: exactly id, type and function (and so for the
+        # function's two).
+        if call.__class__ is not dict or len(call) != 3 or call.get("type") != "function":
             return None
-        function = call["function"]
-        if function.__class__ is not dict or function.keys() != _FUNCTION_KEYS:
+        function = call.get("function")
+        if function.__class__ is not dict or len(function) != 2:
             return None
-        call_id, name, arguments = call["id"], function["name"], function["arguments"]
+        call_id, name, arguments = call.get("id"), function.get("name"), function.get("arguments")
         if call_id.__class__ is not str or arguments.__class__ is not str:
             return None
         if name.__class__ is not str or TOOL_NAME.fullmatch(name) is None:
             return None
-        call_keys.append((call_id, name, arguments))
+        key += (call_id, name, arguments)
         chars += len(call_id) + len(name) + len(arguments)
-    return (where, role, content, reasoning, tuple(call_keys)), chars
+    return tuple(key), chars
 
 
 def _usual_message(key: tuple[Any, ...], notes: list[str]) -> Message:
@@ -578,17 +579,20 @@ def _usual_message(key: tuple[Any, ...], notes: list[str]) -> Message:
         return Message(where, role, (TextPart(key[3]),), tool_call_id=key[2] or None, plain=True)
     if role != "assistant":
         return Message(where, role, (TextPart(key[2]),), plain=True)
-    content, reasoning, call_keys = key[2], key[3], key[4]
-    calls: tuple[HistoryCall, ...] = ()
-    if call_keys is not None:
-        calls = tuple(
-            HistoryCall(call_id or None, name, _history_arguments(text, notes, where, i), text)
-            for i, (call_id, name, text) in enumerate(call_keys)
-        )
-        if len(calls) > 1:
-            check_call_ids(calls, Field(None, f"{where}.tool_calls"))
+    content, reasoning = key[2], key[3]
+    calls = []
+    for start in range(5, len(key), 3):  # each call: id, name, arguments text
+        text = key[start + 2]
+        arguments = _arguments(text)
+        if arguments is None:
+            index = (start - 5) // 3
+            path = f"{where}.tool_calls[{index}].function.arguments"
+            arguments = _one_parameter(Field(text, path), notes)
+        calls.append(HistoryCall(key[start] or None, key[start + 1], arguments, text))
+    if len(calls) > 1:
+        check_call_ids(calls, Field(None, f"{where}.tool_calls"))
     parts = () if content is None else (TextPart(content),)
-    return Message(where, role, parts, reasoning, calls, plain=content is not None)
+    return Message(where, role, parts, reasoning, tuple(calls), plain=content is not None)
 
 
 #: Message fields most messages leave out; they are read when one is there.
@@ -714,11 +718,12 @@ def _history_calls(field: Field, notes: list[str]) -> tuple[HistoryCall, ...]:
             raise call.error('expected {"type": "function", "function": {"name", "arguments"}}')
         if raw.get("type", "function") != "function":
             raise call["type"].error(f"unsupported tool call type {raw.get('type')!r}")
-        name = tool_name(call["function"]["name"])
-        arguments = history_arguments(call["function"]["arguments"], notes)
-        text = function.get("arguments")
-        call_id = call["id"].optional_string() or None
-        calls.append(HistoryCall(call_id, name, arguments, text if isinstance(text, str) else None))
+        function_field = call["function"]
+        name = tool_name(function_field["name"])
+        arguments = function_field["arguments"]
+        read = history_arguments(arguments, notes)
+        text = arguments.value if isinstance(arguments.value, str) else None
+        calls.append(HistoryCall(call["id"].optional_string() or None, name, read, text))
     return check_call_ids(calls, field)
 
 
@@ -741,15 +746,6 @@ def history_arguments(field: Field, notes: list[str]) -> Mapping[str, Any]:
     arguments = _arguments(field.value)
     if arguments is None:
         return _one_parameter(field, notes)
-    return arguments
-
-
-def _history_arguments(text: str, notes: list[str], where: str, index: int) -> Mapping[str, Any]:
-    """:func:`history_arguments` of the text of call ``index`` of the message at ``where``,
-    whose path is written only for a note."""
-    arguments = _arguments(text)
-    if arguments is None:
-        return _one_parameter(Field(text, f"{where}.tool_calls[{index}].function.arguments"), notes)
     return arguments
 
 
