@@ -27,24 +27,37 @@ class Field:
     """A JSON value found at ``path`` (``MISSING`` when the key was absent).
 
     Treat it as read-only (a plain class: readers make one per field they look at, and a
-    frozen dataclass initialises several times slower).
+    frozen dataclass initialises several times slower). A member's path is written only
+    when asked for (an error, a message's ``param``).
     """
 
-    __slots__ = ("path", "value")
+    __slots__ = ("_at", "value")
 
     def __init__(self, value: Any, path: str) -> None:
         self.value = value
-        self.path = path
+        self._at: str | tuple[Field, str | int] = path
 
     def __repr__(self) -> str:
         return f"Field({self.value!r}, {self.path!r})"
+
+    @property
+    def path(self) -> str:
+        """Where the field is in the request (``messages[3].content[1]``; the body: "")."""
+        at = self._at
+        if isinstance(at, str):
+            return at
+        parent, key = at  # a member or an item: its path is written when first asked for
+        above = parent.path
+        path = f"{above}[{key}]" if isinstance(key, int) else f"{above}.{key}" if above else key
+        self._at = path
+        return path
 
     def __getitem__(self, key: str) -> Field:
         """The member ``key`` of this object (``MISSING`` when absent)."""
         value = self.value
         if value.__class__ is not dict:  # JSON gives dicts: the usual case checks nothing more
             value = self.object()
-        return Field(value.get(key, MISSING), f"{self.path}.{key}" if self.path else key)
+        return _member(self, value.get(key, MISSING), key)
 
     @property
     def present(self) -> bool:
@@ -70,7 +83,7 @@ class Field:
 
     def array(self) -> list[Field]:
         items: list[Any] = self._expect(list, "an array")
-        return [Field(item, f"{self.path}[{i}]") for i, item in enumerate(items)]
+        return [_member(self, item, i) for i, item in enumerate(items)]
 
     def string(self) -> str:
         value: str = self._expect(str, "a string")
@@ -121,6 +134,17 @@ class Field:
     def type_tag(self) -> str:
         """The ``type`` member of an object (a content part or block)."""
         return self["type"].nonempty_string()
+
+
+_new_field = object.__new__
+
+
+def _member(parent: Field, value: Any, key: str | int) -> Field:
+    """The field at ``key`` of ``parent``; its path is written when first asked for."""
+    member: Field = _new_field(Field)  # no __init__, no path text yet
+    member.value = value
+    member._at = (parent, key)
+    return member
 
 
 def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:

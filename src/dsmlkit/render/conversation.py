@@ -604,7 +604,7 @@ _RARE_FIELDS = frozenset(
 def _message(field: Field, notes: list[str]) -> Message:
     """Any message in canonical form, every field checked."""
     raw = field.value
-    if not isinstance(raw, Mapping):
+    if not _is_object(raw):
         raise field.error("expected a message object")
     where = field.path
     role = raw.get("role")
@@ -612,10 +612,10 @@ def _message(field: Field, notes: list[str]) -> Message:
         raise field["role"].error(f"unknown role {role!r}; use one of: {', '.join(ROLES)}")
     content = field["content"]
     parts = _content(content, role)
-    rare = not _RARE_FIELDS.isdisjoint(raw)
+    rare = _RARE_FIELDS.intersection(raw)  # those this message has
     if rare and role not in ("system", "developer"):
         for key in ("tools", "response_format"):
-            if field[key].present:
+            if raw.get(key) is not None:
                 raise field[key].error(
                     f"{key} belongs on a system or developer message (or on the request)"
                 )
@@ -628,13 +628,14 @@ def _message(field: Field, notes: list[str]) -> Message:
         raise field["task"].error(
             f"task must be one of {', '.join(TASK_TOKENS)} on a user or developer message"
         )
-    prefix = rare and field["prefix"].flag()
+    prefix = "prefix" in rare and field["prefix"].flag()
     if prefix and role != "assistant":
         raise field["prefix"].error("prefix belongs on an assistant message")
     reasoning: str | None = None
     tool_calls: tuple[HistoryCall, ...] = ()
     if role == "assistant":
-        reasoning = _reasoning(field)
+        key = "reasoning_content" if raw.get("reasoning_content") is not None else "reasoning"
+        reasoning = field[key].optional_string()
         tool_calls = _history_calls(field["tool_calls"], notes)
     tool_call_id = field["tool_call_id"].optional_string() or None
     plain = isinstance(content.value, str)
@@ -647,15 +648,23 @@ def _message(field: Field, notes: list[str]) -> Message:
         reasoning,
         tool_calls,
         tool_call_id,
-        is_error=field["is_error"].flag(),
-        tools=read_tools(field["tools"]),
-        response_format=read_response_format(field["response_format"]),
+        is_error="is_error" in rare and field["is_error"].flag(),
+        tools=read_tools(field["tools"]) if "tools" in rare else (),
+        response_format=(
+            read_response_format(field["response_format"]) if "response_format" in rare else None
+        ),
         task=task,
-        wo_eos=field["wo_eos"].flag(),
-        name=field["name"].optional_string() if role != "tool" else None,
+        wo_eos="wo_eos" in rare and field["wo_eos"].flag(),
+        name=field["name"].optional_string() if "name" in rare and role != "tool" else None,
         plain=plain,
         prefix=prefix,
     )
+
+
+def _is_object(value: Any) -> bool:
+    """Whether ``value`` is a JSON object (a dict, as JSON gives, asked first: the ABC
+    check costs several times more)."""
+    return value.__class__ is dict or isinstance(value, Mapping)
 
 
 def _content(content: Field, role: str) -> tuple[Part, ...]:
@@ -670,7 +679,7 @@ def _content(content: Field, role: str) -> tuple[Part, ...]:
 
 def _part(field: Field, role: str) -> Part:
     raw = field.value
-    if not isinstance(raw, Mapping):
+    if not _is_object(raw):
         raise field.error("expected a content part object")
     kind = raw.get("type")
     allowed = _PART_TYPES[role]
@@ -700,11 +709,6 @@ def tool_reference(part: Field) -> ToolReferencePart:
     return ToolReferencePart(name)
 
 
-def _reasoning(message: Field) -> str | None:
-    key = "reasoning_content" if message["reasoning_content"].present else "reasoning"
-    return message[key].optional_string()
-
-
 def _history_calls(field: Field, notes: list[str]) -> tuple[HistoryCall, ...]:
     if not field.present:
         return ()
@@ -713,8 +717,8 @@ def _history_calls(field: Field, notes: list[str]) -> tuple[HistoryCall, ...]:
     calls = []
     for call in field.array():
         raw = call.value
-        function = raw.get("function") if isinstance(raw, Mapping) else None
-        if not isinstance(function, Mapping):
+        function = raw.get("function") if _is_object(raw) else None
+        if not _is_object(function):
             raise call.error('expected {"type": "function", "function": {"name", "arguments"}}')
         if raw.get("type", "function") != "function":
             raise call["type"].error(f"unsupported tool call type {raw.get('type')!r}")
@@ -818,11 +822,11 @@ def read_tools(field: Field) -> tuple[Tool, ...]:
     tools = []
     for item in field.array():
         raw = item.value
-        if not isinstance(raw, Mapping):
+        if not _is_object(raw):
             raise item.error(expected)
         if raw.get("type", "function") != "function":
             raise item["type"].error(expected)
-        if not isinstance(raw.get("function"), Mapping):
+        if not _is_object(raw.get("function")):
             raise item.error(expected)
         function = dict(raw["function"])
         inner = Field(function.pop("defer_loading", None), f"{item.path}.function.defer_loading")
