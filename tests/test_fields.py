@@ -15,7 +15,7 @@ import pytest
 
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.fields import MISSING, Field
-from dsmlkit.render.conversation import history_arguments, read_messages
+from dsmlkit.render.conversation import build_conversation, history_arguments, read_messages
 
 
 def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
@@ -152,3 +152,33 @@ def test_canonical_getters_name_the_field(field: Field, message: str) -> None:
     with pytest.raises(InvalidRequest) as caught:
         read()
     assert (caught.value.param, caught.value.message) == (field.path, message)
+
+
+def _answered(calls: list[dict[str, Any]], results: list[str | None]) -> list[str | None]:
+    """The call ids the tool results end up with, read by build_conversation."""
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "tool_calls": calls},
+    ]
+    messages += [{"role": "tool", "tool_call_id": result, "content": "r"} for result in results]
+    read = build_conversation(messages).messages
+    return [message.tool_call_id for message in read[2:]]
+
+
+def test_tool_results_find_their_calls_in_any_order() -> None:
+    calls = [_call("a", "f", "{}"), _call("b", "f", "{}"), _call("c", "f", "{}")]
+    assert _answered(calls, ["a", "b", "c"]) == ["a", "b", "c"]
+    assert _answered(calls, ["c", None, "b"]) == ["c", "a", "b"]
+    assert _answered(calls, [None, None]) == ["a", "b"]
+
+
+def test_a_result_naming_an_id_answers_the_next_call_when_calls_have_none() -> None:
+    calls = [_call("", "f", "{}"), _call("", "g", "{}")]
+    assert _answered(calls, ["x", "y"]) == ["x", "y"]
+
+
+def test_a_result_naming_an_unknown_id_is_refused() -> None:
+    with pytest.raises(InvalidRequest) as caught:
+        _answered([_call("a", "f", "{}"), _call("b", "f", "{}")], ["b", "zzz"])
+    assert caught.value.param == "messages[3].tool_call_id"
+    assert "matches no call" in caught.value.message

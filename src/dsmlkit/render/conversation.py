@@ -426,7 +426,8 @@ def _answer_calls(messages: Sequence[Message]) -> tuple[Message, ...]:
 class _OpenCalls:
     """The calls of one assistant turn and which of them still wait for a result.
 
-    Each answer costs the same however many calls the turn has.
+    Each answer costs the same however many calls the turn has; results that come in the
+    order of their calls need no table of ids (it is made when one does not).
     """
 
     def __init__(self, calls: Sequence[HistoryCall]) -> None:
@@ -434,24 +435,27 @@ class _OpenCalls:
         self.waiting = set(range(len(calls)))  # positions of unanswered calls
         self.first_waiting = 0  # no position before it is waiting
         self.answered: set[str] = set()
-        self.has_ids = any(call.id for call in calls)
-        self.position_of: dict[str, int] = {}  # an id → the position of its first call
-        for i, call in enumerate(calls):
-            if call.id is not None:
-                self.position_of.setdefault(call.id, i)
+        self._position_of: dict[str, int] | None = None  # an id → its first call's position
+
+    def _position(self, call_id: str) -> int | None:
+        if self._position_of is None:
+            self._position_of = {}
+            for i, call in enumerate(self.calls):
+                if call.id is not None:
+                    self._position_of.setdefault(call.id, i)
+        return self._position_of.get(call_id)
 
     def answer(self, message: Message) -> Message:
         """``message`` (a tool result) with the id of the call it answers, which is done."""
         call_id = message.tool_call_id
-        id_where = message.id_param or f"{message.param}.tool_call_id"
         if call_id is not None and call_id in self.answered:
-            raise InvalidRequest(f"call {call_id!r} already has a result", id_where)
+            raise InvalidRequest(f"call {call_id!r} already has a result", _id_param(message))
         if not self.waiting:
             if call_id is not None:
                 raise InvalidRequest(
                     f"tool_call_id {call_id!r} answers no tool call of the preceding assistant "
                     "message",
-                    id_where,
+                    _id_param(message),
                 )
             problem = "more tool results than" if self.calls else "a tool result without"
             raise InvalidRequest(
@@ -460,18 +464,19 @@ class _OpenCalls:
         while self.first_waiting not in self.waiting:
             self.first_waiting += 1
         position = self.first_waiting
-        if call_id is not None and self.has_ids:
+        if call_id is not None and self.calls[position].id != call_id:
             # A call leaves the waiting ones only when answered, and its id with it: an id
             # not answered yet still has its first call waiting.
-            found = self.position_of.get(call_id)
-            if found is None:
+            found = self._position(call_id)
+            if found is not None:
+                position = found
+            elif any(known.id for known in self.calls):  # calls without ids take any result
                 ids = ", ".join(known.id for known in self.calls if known.id)
                 raise InvalidRequest(
                     f"tool_call_id {call_id!r} matches no call of the preceding assistant "
                     f"message (its calls: {ids})",
-                    id_where,
+                    _id_param(message),
                 )
-            position = found
         self.waiting.remove(position)
         call = self.calls[position]
         if call.id is not None:
@@ -479,6 +484,11 @@ class _OpenCalls:
         if call_id is None and call.id is not None:
             return replace(message, tool_call_id=call.id)
         return message
+
+
+def _id_param(message: Message) -> str:
+    """Where the request names the call a tool result answers."""
+    return message.id_param or f"{message.param}.tool_call_id"
 
 
 # --- the canonical form --------------------------------------------------------------
