@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import dsmlkit
 from dsmlkit.dialects import DIALECTS, MARKER, V3_2, V4_1, Dialect
 from dsmlkit.parse import Parser, parse
 from dsmlkit.render import render
@@ -83,3 +85,31 @@ def test_the_renderer_reads_only_dialect_data() -> None:
 def test_dialects_are_hashable_values() -> None:
     assert len({*DIALECTS.values(), V4_2}) == 4
     assert isinstance(V4_2, Dialect)
+
+
+def test_tools_sections_are_filled_in_with_the_value() -> None:
+    custom = dataclasses.replace(V4_1, name="custom", block=" blocks")
+    for variant, template in custom.tools_sections:
+        filled = template.format(
+            dsml=MARKER,
+            block=" blocks",
+            invoke=V4_1.invoke,
+            parameter=V4_1.parameter,
+            think_open="<think>",
+            think_close="</think>",
+        )
+        assert custom.tools_section(variant) == filled
+    assert custom.tools_section() == custom.tools_section(custom.tools_sections[0][0])
+    same = dataclasses.replace(V4_1)
+    assert same == V4_1 and hash(same) == hash(V4_1)
+
+
+def test_the_core_keeps_no_module_level_caches() -> None:
+    core = Path(dsmlkit.__file__).parent
+    for package in ("dialects.py", "fields.py", "errors.py", "parse", "render", "api", "grammar"):
+        for module in (
+            [core / package] if package.endswith(".py") else (core / package).rglob("*.py")
+        ):
+            text = module.read_text(encoding="utf-8")
+            for cache in ("lru_cache", "functools.cache"):
+                assert cache not in text, f"{module.relative_to(core)} uses {cache}"

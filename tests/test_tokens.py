@@ -41,7 +41,7 @@ def tokenizer() -> PromptTokenizer:
 
 
 def fresh_tokenizer() -> PromptTokenizer:
-    """A tokenizer that has warned about nothing yet (load_tokenizer caches)."""
+    """A tokenizer that has warned about nothing yet (the module fixture's may have)."""
     path = bundled_tokenizer_path()
     return PromptTokenizer(path.read_text(encoding="utf-8"), name="fresh", source=str(path))
 
@@ -317,3 +317,12 @@ def test_a_follow_up_request_encodes_only_its_new_runs() -> None:
         before = len(tokenizer.cache)
         tokenizer.encode_prompt(render(second, dialect="v4", mode="chat"))
     assert 0 < len(tokenizer.cache) - before <= 3  # "Answer.", "More?" and the new tail
+
+
+def test_a_file_is_loaded_once_into_what_the_caller_keeps(tmp_path: Path) -> None:
+    path = v41_tokenizer_file(tmp_path)
+    loaded: dict[Path, PromptTokenizer] = {}
+    first = load_tokenizer(path, loaded)
+    assert load_tokenizer(tmp_path, loaded) is first  # the folder names the same file
+    assert list(loaded) == [path.resolve()]
+    assert load_tokenizer(path) is not first  # without it, nothing is kept

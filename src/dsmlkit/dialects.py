@@ -19,8 +19,7 @@ Sources, names the encoder copies they come from).
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from dsmlkit.errors import CallerError, InvalidRequest
@@ -124,6 +123,16 @@ class Dialect:
     system_token: bool = False
     tools_sections: tuple[tuple[str, str], ...] = ()
     effort_tables: tuple[EffortTable, ...] = ()
+    #: ``tools_sections`` with the tags filled in, made once with the value (the renderer
+    #: asks for one on every request with tools).
+    filled_sections: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        filled = tuple(
+            (variant, _fill_tags(template, self.block, self.invoke, self.parameter))
+            for variant, template in self.tools_sections
+        )
+        object.__setattr__(self, "filled_sections", filled)
 
     def block_open(self, marker: str = MARKER) -> str:
         return f"<{marker}{self.block}>"
@@ -147,18 +156,16 @@ class Dialect:
     def tools_section(self, variant: str | None = None) -> str:
         """The tools-section text of ``variant`` (None: the first), tags filled in; its one
         placeholder left is ``{tool_schemas}``."""
-        sections = dict(self.tools_sections)
         if variant is None:
-            template = self.tools_sections[0][1]
-        elif variant in sections:
-            template = sections[variant]
-        else:
-            raise InvalidRequest(
-                f"unknown template variant {variant!r} for {self.name}; "
-                f"use one of: {', '.join(sections)}",
-                "template_variant",
-            )
-        return _fill_tags(template, self.block, self.invoke, self.parameter)
+            return self.filled_sections[0][1]
+        for name, text in self.filled_sections:
+            if name == variant:
+                return text
+        raise InvalidRequest(
+            f"unknown template variant {variant!r} for {self.name}; "
+            f"use one of: {', '.join(name for name, _ in self.tools_sections)}",
+            "template_variant",
+        )
 
     def effort_table(self, name: str | None = None) -> EffortTable | None:
         """The named effort table (None: the first); None when the dialect has no effort."""
@@ -178,7 +185,6 @@ class Dialect:
         )
 
 
-@functools.lru_cache(maxsize=64)
 def _fill_tags(template: str, block: str, invoke: str, parameter: str) -> str:
     return template.format(
         dsml=MARKER,

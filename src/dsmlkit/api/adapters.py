@@ -22,7 +22,6 @@ from dsmlkit.api.anthropic import (
 )
 from dsmlkit.api.common import Api, ChatRequest, Usage
 from dsmlkit.api.errors import ApiError, anthropic_error_body, api_error, openai_error_body
-from dsmlkit.api.fields import Field
 from dsmlkit.api.openai import OpenAIStream, openai_response, parse_openai_request
 from dsmlkit.api.responses import (
     ResponsesRequest,
@@ -35,6 +34,7 @@ from dsmlkit.api.seal import Sealer
 from dsmlkit.api.sse import json_body, sse_anthropic, sse_openai
 from dsmlkit.dialects import Dialect
 from dsmlkit.errors import CallerError, InvalidRequest
+from dsmlkit.fields import Field
 from dsmlkit.parse import Diagnostic, Event, ParsedMessage
 from dsmlkit.render import RenderCache
 from dsmlkit.render.conversation import Tool, read_tools
@@ -200,7 +200,7 @@ CHAT = ApiAdapter(
     response_id_prefix="chatcmpl-",
     call_id_prefix="call_",
     read_body=lambda body, c: parse_openai_request(body, dialect=c.dialect, cache=c.cache),
-    read_tool_list=lambda field: read_tools(field.value, field.path),
+    read_tool_list=read_tools,
     respond=_chat_response,
     respond_json=_chat_json,
     open_stream=_chat_stream,

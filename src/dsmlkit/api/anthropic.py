@@ -24,11 +24,11 @@ from dsmlkit.api.common import (
     request_root,
     resolve_thinking,
 )
-from dsmlkit.api.fields import Field
 from dsmlkit.api.seal import Sealer, SealError
 from dsmlkit.api.sse import RawJSON, TextFrames, json_body, sse_anthropic
 from dsmlkit.api.stream import BlockStream, Opened, TextKind, spliced
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
+from dsmlkit.fields import Field
 from dsmlkit.parse import FinishReason, ParsedMessage, ToolCall, ToolCallStart
 from dsmlkit.render import RenderOptions, resolve_dialect
 from dsmlkit.render.conversation import (
@@ -171,7 +171,7 @@ def _is_server_block(kind: str) -> bool:
 def _tool_use(block: Field) -> HistoryCall:
     return HistoryCall(
         block["id"].nonempty_string(),
-        tool_name(block["name"].value, block["name"].path),
+        tool_name(block["name"]),
         dict(block["input"].object()),
     )
 
@@ -271,7 +271,7 @@ class _Conversation:
             "assistant",
             (TextPart(text),) if text or empty else (),
             reasoning="".join(reasoning) if reasoning else None,
-            tool_calls=check_call_ids(calls, content.path),
+            tool_calls=check_call_ids(calls, content),
             reasoning_trusted=trusted or self._signatures is None,
         )
 
@@ -307,7 +307,7 @@ class _Conversation:
             elif kind == "document":
                 parts.append(_document_part(block))
             elif kind == "tool_reference":
-                parts.append(TextPart(tool_reference(block.object(), block.path).name))
+                parts.append(TextPart(tool_reference(block).name))
             elif kind == "tool_result":
                 flush()
                 messages += self._tool_result(block)
@@ -335,7 +335,7 @@ class _Conversation:
                 elif kind == "document":
                     texts.append(_document_part(part))
                 elif kind == "tool_reference":
-                    references.append(tool_reference(part.object(), part.path))
+                    references.append(tool_reference(part))
                 elif kind == "image":
                     images.append(_image_part(part))
                 else:

@@ -11,9 +11,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from dsmlkit.api.fields import Field
 from dsmlkit.dialects import Dialect
 from dsmlkit.errors import InvalidRequest
+from dsmlkit.fields import Field
 from dsmlkit.parse import (
     ArgumentsDelta,
     ContentDelta,

@@ -22,11 +22,11 @@ from dsmlkit.api.common import (
     request_root,
     resolve_thinking,
 )
-from dsmlkit.api.fields import Field
 from dsmlkit.api.sse import SSE_DONE, TextFrames, sse_openai
 from dsmlkit.api.stream import BlockStream, Opened, TextKind, spliced
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
+from dsmlkit.fields import Field
 from dsmlkit.parse import ParsedMessage, ToolCall, ToolCallStart
 from dsmlkit.render import RenderCache, RenderOptions, resolve_dialect
 from dsmlkit.render.conversation import (
@@ -73,9 +73,9 @@ def parse_openai_request(
     thinking, effort = _thinking(root, resolved, notes)
     note_ignored(root, IGNORED_FIELDS, notes)
     conversation = finish_conversation(
-        [as_instruction(message) for message in read_messages(body.get("messages"), notes, cache)],
-        read_tools(body.get("tools"), "tools"),
-        read_response_format(body.get("response_format"), "response_format"),
+        [as_instruction(message) for message in read_messages(root["messages"], notes, cache)],
+        read_tools(root["tools"]),
+        read_response_format(root["response_format"]),
         notes,
         _tool_choice(root["tool_choice"]),
     )

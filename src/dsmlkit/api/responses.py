@@ -34,12 +34,12 @@ from dsmlkit.api.common import (
     request_root,
     resolve_thinking,
 )
-from dsmlkit.api.fields import Field
 from dsmlkit.api.seal import Sealer, SealError
 from dsmlkit.api.sse import TextFrames, json_string, sse_event
 from dsmlkit.api.stream import BlockStream, Opened, TextKind
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
+from dsmlkit.fields import Field
 from dsmlkit.parse import ParsedMessage, ToolCallStart
 from dsmlkit.render import RenderOptions, resolve_dialect
 from dsmlkit.render.conversation import (
@@ -237,7 +237,7 @@ def _parts(content: Field, allowed: Sequence[str]) -> tuple[Part, ...]:
         if kind == "input_image":
             parts.append(_image(part))
         elif kind == "tool_reference":  # dsmlkit extension, as on /v1/chat/completions
-            parts.append(tool_reference(part.object(), part.path))
+            parts.append(tool_reference(part))
         else:
             parts.append(TextPart(part["refusal" if kind == "refusal" else "text"].string()))
     return tuple(parts)
@@ -331,7 +331,7 @@ class _Input:
         return Message(item.path, "assistant", reasoning=text, reasoning_trusted=trusted)
 
     def _call(self, item: Field) -> HistoryCall:
-        name = tool_name(item["name"].value, item["name"].path)
+        name = tool_name(item["name"])
         namespace = item["namespace"]
         if namespace.present:
             space = namespace.nonempty_string()
@@ -343,7 +343,7 @@ class _Input:
         given = item["arguments"]
         if not given.present:
             raise given.error('is required: the call\'s arguments as JSON text ("{}" for none)')
-        arguments = history_arguments(given.value, given.path, self._notes)
+        arguments = history_arguments(given, self._notes)
         text = given.value if isinstance(given.value, str) else None
         return HistoryCall(call_id, name, arguments, text)
 
@@ -377,7 +377,7 @@ def read_responses_tools(
     for item in field.array():
         kind = item["type"].nonempty_string()
         if kind == "function":
-            tools.append(_function(item, tool_name(item["name"].value, item["name"].path)))
+            tools.append(_function(item, tool_name(item["name"])))
         elif kind == "namespace":
             space = item["name"].nonempty_string()
             for inner in item["tools"].array():
@@ -387,7 +387,7 @@ def read_responses_tools(
                         f"{inner.path}: dropped a {inner_kind!r} tool; only function tools render"
                     )
                     continue
-                name = tool_name(inner["name"].value, inner["name"].path)
+                name = tool_name(inner["name"])
                 qualified = qualified_name(space, name)
                 tools.append(_function(inner, qualified))
                 namespaces[qualified] = (space, name)
@@ -457,7 +457,7 @@ def _text(field: Field) -> tuple[Mapping[str, Any] | None, dict[str, Any]]:
         chat_form: dict[str, Any] = {"type": "json_schema", "json_schema": schema}
     else:
         chat_form = {"type": kind}
-    return read_response_format(chat_form, fmt.path), echo
+    return read_response_format(Field(chat_form, fmt.path)), echo
 
 
 def _metadata(field: Field) -> dict[str, str]:

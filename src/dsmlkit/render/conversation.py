@@ -11,14 +11,16 @@ here once, whichever API it came from:
   ``wo_eos``); OpenAI Chat Completions bodies are that form, except that their developer
   messages are OpenAI's (:func:`as_instruction`).
 * Readers of other shapes (Anthropic Messages) build :class:`Message` values with the
-  same helpers (:func:`tool`, :func:`history_arguments`, :func:`tool_reference`, …),
-  naming fields by their own request's paths.
+  same helpers (:func:`tool`, :func:`tool_name`, :func:`history_arguments`,
+  :func:`tool_reference`, …) on the fields of their own request.
 * :func:`conversation` finishes either: tool results are matched to the calls they
   answer, tool names must be unique, and for the API readers consecutive assistant
   messages become one turn (the canonical form keeps them apart, as the reference does).
 
-Every mistake raises :class:`~dsmlkit.errors.InvalidRequest` naming the field; what comes
-out is typed and needs no further checks.
+Every reader here reads :class:`~dsmlkit.fields.Field` values (a value and its path in
+the request), as the API readers do: every mistake raises
+:class:`~dsmlkit.errors.InvalidRequest` naming the field; what comes out is typed and needs
+no further checks.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeAlias
 
 from dsmlkit.errors import InvalidRequest
+from dsmlkit.fields import MISSING, Field
 from dsmlkit.render.cache import RenderCache
 from dsmlkit.render.templates import TASK_TOKENS
 
@@ -305,9 +308,9 @@ def build_conversation(
     and ``response_format``) and check it; ``cache`` keeps the messages read."""
     notes: list[str] = []
     return conversation(
-        read_messages(messages, notes, cache),
-        read_tools(tools, "tools"),
-        read_response_format(response_format, "response_format"),
+        read_messages(Field(messages, "messages"), notes, cache),
+        read_tools(Field(tools, "tools")),
+        read_response_format(Field(response_format, "response_format")),
         notes,
         merge_assistants=False,
     )
@@ -430,7 +433,8 @@ def _answer_calls(messages: Sequence[Message]) -> tuple[Message, ...]:
 class _OpenCalls:
     """The calls of one assistant turn and which of them still wait for a result.
 
-    Each answer costs the same however many calls the turn has.
+    Each answer costs the same however many calls the turn has; results that come in the
+    order of their calls need no table of ids (it is made when one does not).
     """
 
     def __init__(self, calls: Sequence[HistoryCall]) -> None:
@@ -438,24 +442,27 @@ class _OpenCalls:
         self.waiting = set(range(len(calls)))  # positions of unanswered calls
         self.first_waiting = 0  # no position before it is waiting
         self.answered: set[str] = set()
-        self.has_ids = any(call.id for call in calls)
-        self.position_of: dict[str, int] = {}  # an id → the position of its first call
-        for i, call in enumerate(calls):
-            if call.id is not None:
-                self.position_of.setdefault(call.id, i)
+        self._position_of: dict[str, int] | None = None  # an id → its first call's position
+
+    def _position(self, call_id: str) -> int | None:
+        if self._position_of is None:
+            self._position_of = {}
+            for i, call in enumerate(self.calls):
+                if call.id is not None:
+                    self._position_of.setdefault(call.id, i)
+        return self._position_of.get(call_id)
 
     def answer(self, message: Message) -> Message:
         """``message`` (a tool result) with the id of the call it answers, which is done."""
         call_id = message.tool_call_id
-        id_where = message.id_param or f"{message.param}.tool_call_id"
         if call_id is not None and call_id in self.answered:
-            raise InvalidRequest(f"call {call_id!r} already has a result", id_where)
+            raise InvalidRequest(f"call {call_id!r} already has a result", _id_param(message))
         if not self.waiting:
             if call_id is not None:
                 raise InvalidRequest(
                     f"tool_call_id {call_id!r} answers no tool call of the preceding assistant "
                     "message",
-                    id_where,
+                    _id_param(message),
                 )
             problem = "more tool results than" if self.calls else "a tool result without"
             raise InvalidRequest(
@@ -464,18 +471,19 @@ class _OpenCalls:
         while self.first_waiting not in self.waiting:
             self.first_waiting += 1
         position = self.first_waiting
-        if call_id is not None and self.has_ids:
+        if call_id is not None and self.calls[position].id != call_id:
             # A call leaves the waiting ones only when answered, and its id with it: an id
             # not answered yet still has its first call waiting.
-            found = self.position_of.get(call_id)
-            if found is None:
+            found = self._position(call_id)
+            if found is not None:
+                position = found
+            elif any(known.id for known in self.calls):  # calls without ids take any result
                 ids = ", ".join(known.id for known in self.calls if known.id)
                 raise InvalidRequest(
                     f"tool_call_id {call_id!r} matches no call of the preceding assistant "
                     f"message (its calls: {ids})",
-                    id_where,
+                    _id_param(message),
                 )
-            position = found
         self.waiting.remove(position)
         call = self.calls[position]
         if call.id is not None:
@@ -485,43 +493,52 @@ class _OpenCalls:
         return message
 
 
+def _id_param(message: Message) -> str:
+    """Where the request names the call a tool result answers."""
+    return message.id_param or f"{message.param}.tool_call_id"
+
+
 # --- the canonical form --------------------------------------------------------------
 
 
 def read_messages(
-    messages: Any, notes: list[str], cache: RenderCache | None = None
+    messages: Field, notes: list[str], cache: RenderCache | None = None
 ) -> list[Message]:
     """Messages in canonical form, checked; notes are appended to ``notes``.
 
-    With a ``cache``, a message of a common shape that an earlier request sent at the same
-    place is the message read then (see :func:`_message_key`), and what is read is kept.
+    A message of a usual shape (see :func:`_message_key`) is built straight from what that
+    shape holds; any other goes through the full reader, which names what is wrong. With
+    a ``cache``, a usual message that an earlier request sent at the same place is the
+    message read then, and what is read is kept.
     """
-    if not isinstance(messages, list) or not messages:
-        raise InvalidRequest("expected a non-empty list of messages", "messages")
-    if cache is None:
-        return [_message(raw, f"messages[{index}]", notes) for index, raw in enumerate(messages)]
+    items = messages.value
+    if not isinstance(items, list) or not items:
+        raise messages.error("expected a non-empty list of messages")
     read = []
-    for index, raw in enumerate(messages):
-        where = f"messages[{index}]"
+    path = messages.path
+    for index, raw in enumerate(items):
+        where = f"{path}[{index}]"
         shape = _message_key(raw, where)
-        message = cache.message(shape[0]) if shape is not None else None
+        if shape is None:
+            read.append(_message(Field(raw, where), notes))
+            continue
+        key, chars = shape
+        message = cache.message(key) if cache is not None else None
         if message is None:
             noted = len(notes)
-            message = _message(raw, where, notes)
-            if shape is not None and len(notes) == noted:
-                cache.keep_message(*shape, message)
+            message = _usual_message(key, notes)
+            if cache is not None and len(notes) == noted:
+                cache.keep_message(key, chars, message)
         read.append(message)
     return read
 
 
-_CALL_KEYS = frozenset(("id", "type", "function"))
-_FUNCTION_KEYS = frozenset(("name", "arguments"))
-
-
 def _message_key(raw: Any, where: str) -> tuple[tuple[Any, ...], int] | None:
-    """Everything a message of a common shape is read from, as strings (type-exact, so
-    equal keys read alike), with its place; and how many characters that is. None for any
-    other shape."""
+    """Everything a message of a usual shape is read from, as strings (type-exact, so
+    equal keys read alike), after its place and role, in one flat tuple (an assistant
+    message: content, reasoning, its number of calls, then each call's id, name and
+    arguments text); and how many characters those strings hold. None for any other
+    shape, and for one the full reader would refuse (a bad tool name)."""
     if raw.__class__ is not dict:
         return None
     role = raw.get("role")
@@ -529,7 +546,7 @@ def _message_key(raw: Any, where: str) -> tuple[tuple[Any, ...], int] | None:
     if role == "tool":
         call_id = raw.get("tool_call_id")
         if len(raw) == 3 and content.__class__ is str and call_id.__class__ is str:
-            return (where, role, call_id, content), len(content) + len(call_id)
+            return (where, role, call_id, content), len(call_id) + len(content)
         return None
     if role in ("user", "system"):
         if len(raw) == 2 and content.__class__ is str:
@@ -552,21 +569,47 @@ def _message_key(raw: Any, where: str) -> tuple[tuple[Any, ...], int] | None:
         return (where, role, content, reasoning, None), chars
     if calls.__class__ is not list:
         return None
-    call_keys = []
+    key: list[Any] = [where, role, content, reasoning, len(calls)]
     for call in calls:
-        if call.__class__ is not dict or call.keys() != _CALL_KEYS or call["type"] != "function":
+        # Three members, each of its type: exactly id, type and function (and so for the
+        # function's two).
+        if call.__class__ is not dict or len(call) != 3 or call.get("type") != "function":
             return None
-        function = call["function"]
-        if function.__class__ is not dict or function.keys() != _FUNCTION_KEYS:
+        function = call.get("function")
+        if function.__class__ is not dict or len(function) != 2:
             return None
-        call_id, name, arguments = call["id"], function["name"], function["arguments"]
-        if call_id.__class__ is not str or name.__class__ is not str:
+        call_id, name, arguments = call.get("id"), function.get("name"), function.get("arguments")
+        if call_id.__class__ is not str or arguments.__class__ is not str:
             return None
-        if arguments.__class__ is not str:
+        if name.__class__ is not str or TOOL_NAME.fullmatch(name) is None:
             return None
-        call_keys.append((call_id, name, arguments))
+        key += (call_id, name, arguments)
         chars += len(call_id) + len(name) + len(arguments)
-    return (where, role, content, reasoning, tuple(call_keys)), chars
+    return tuple(key), chars
+
+
+def _usual_message(key: tuple[Any, ...], notes: list[str]) -> Message:
+    """The message a key of :func:`_message_key` was read from (nothing in it is wrong but
+    what only the whole message shows: two calls with one id)."""
+    where, role = key[0], key[1]
+    if role == "tool":
+        return Message(where, role, (TextPart(key[3]),), tool_call_id=key[2] or None, plain=True)
+    if role != "assistant":
+        return Message(where, role, (TextPart(key[2]),), plain=True)
+    content, reasoning = key[2], key[3]
+    calls = []
+    for start in range(5, len(key), 3):  # each call: id, name, arguments text
+        text = key[start + 2]
+        arguments = _arguments(text)
+        if arguments is None:
+            index = (start - 5) // 3
+            path = f"{where}.tool_calls[{index}].function.arguments"
+            arguments = _one_parameter(Field(text, path), notes)
+        calls.append(HistoryCall(key[start] or None, key[start + 1], arguments, text))
+    if len(calls) > 1:
+        check_call_ids(calls, Field(None, f"{where}.tool_calls"))
+    parts = () if content is None else (TextPart(content),)
+    return Message(where, role, parts, reasoning, tuple(calls), plain=content is not None)
 
 
 #: Message fields most messages leave out; they are read when one is there.
@@ -575,47 +618,46 @@ _RARE_FIELDS = frozenset(
 )
 
 
-def _message(raw: Any, where: str, notes: list[str]) -> Message:
-    if raw.__class__ is not dict and not isinstance(raw, Mapping):
-        raise InvalidRequest("expected a message object", where)
+def _message(field: Field, notes: list[str]) -> Message:
+    """Any message in canonical form, every field checked."""
+    raw = field.value
+    if not _is_object(raw):
+        raise field.error("expected a message object")
+    where = field.path
     role = raw.get("role")
     if role not in ROLES:
-        raise InvalidRequest(
-            f"unknown role {role!r}; use one of: {', '.join(ROLES)}", f"{where}.role"
-        )
-    content = raw.get("content")
-    parts = _content(content, role, where)
-    rare = not _RARE_FIELDS.isdisjoint(raw)
+        raise field["role"].error(f"unknown role {role!r}; use one of: {', '.join(ROLES)}")
+    content = field["content"]
+    parts = _content(content, role)
+    rare = _RARE_FIELDS.intersection(raw)  # those this message has
     if rare and role not in ("system", "developer"):
         for key in ("tools", "response_format"):
             if raw.get(key) is not None:
-                raise InvalidRequest(
-                    f"{key} belongs on a system or developer message (or on the request)",
-                    f"{where}.{key}",
+                raise field[key].error(
+                    f"{key} belongs on a system or developer message (or on the request)"
                 )
     if role == "developer" and not any(isinstance(p, TextPart) and p.text for p in parts):
-        raise InvalidRequest("a developer message needs text content", f"{where}.content")
+        raise content.error("a developer message needs text content")
     task = raw.get("task") if rare else None
     if task is not None and (
         role not in ("user", "developer") or not isinstance(task, str) or task not in TASK_TOKENS
     ):
-        raise InvalidRequest(
-            f"task must be one of {', '.join(TASK_TOKENS)} on a user or developer message",
-            f"{where}.task",
+        raise field["task"].error(
+            f"task must be one of {', '.join(TASK_TOKENS)} on a user or developer message"
         )
-    prefix = rare and _flag(raw.get("prefix"), where, "prefix")
+    prefix = "prefix" in rare and field["prefix"].flag()
     if prefix and role != "assistant":
-        raise InvalidRequest("prefix belongs on an assistant message", f"{where}.prefix")
+        raise field["prefix"].error("prefix belongs on an assistant message")
     reasoning: str | None = None
     tool_calls: tuple[HistoryCall, ...] = ()
     if role == "assistant":
-        reasoning = _reasoning(raw, where)
-        tool_calls = _history_calls(raw.get("tool_calls"), where, notes)
-    tool_call_id = _optional_str(raw.get("tool_call_id"), where, "tool_call_id") or None
+        key = "reasoning_content" if raw.get("reasoning_content") is not None else "reasoning"
+        reasoning = field[key].optional_string()
+        tool_calls = _history_calls(field["tool_calls"], notes)
+    tool_call_id = field["tool_call_id"].optional_string() or None
+    plain = isinstance(content.value, str)
     if not rare:
-        return Message(
-            where, role, parts, reasoning, tool_calls, tool_call_id, plain=isinstance(content, str)
-        )
+        return Message(where, role, parts, reasoning, tool_calls, tool_call_id, plain=plain)
     return Message(
         where,
         role,
@@ -623,230 +665,211 @@ def _message(raw: Any, where: str, notes: list[str]) -> Message:
         reasoning,
         tool_calls,
         tool_call_id,
-        is_error=_flag(raw.get("is_error"), where, "is_error"),
-        tools=read_tools(raw.get("tools"), f"{where}.tools"),
-        response_format=read_response_format(
-            raw.get("response_format"), f"{where}.response_format"
+        is_error="is_error" in rare and field["is_error"].flag(),
+        tools=read_tools(field["tools"]) if "tools" in rare else (),
+        response_format=(
+            read_response_format(field["response_format"]) if "response_format" in rare else None
         ),
         task=task,
-        wo_eos=_flag(raw.get("wo_eos"), where, "wo_eos"),
-        name=_optional_str(raw.get("name"), where, "name") if role != "tool" else None,
-        plain=isinstance(content, str),
+        wo_eos="wo_eos" in rare and field["wo_eos"].flag(),
+        name=field["name"].optional_string() if "name" in rare and role != "tool" else None,
+        plain=plain,
         prefix=prefix,
     )
 
 
-def _content(content: Any, role: str, where: str) -> tuple[Part, ...]:
-    if content is None:
+def _is_object(value: Any) -> bool:
+    """Whether ``value`` is a JSON object (a dict, as JSON gives, asked first: the ABC
+    check costs several times more)."""
+    return value.__class__ is dict or isinstance(value, Mapping)
+
+
+def _content(content: Field, role: str) -> tuple[Part, ...]:
+    if not content.present:
         return ()
-    if isinstance(content, str):
-        return (TextPart(content),)
-    if not isinstance(content, list):
-        raise InvalidRequest(
-            "content must be a string, null or a list of parts", f"{where}.content"
-        )
-    return tuple(_part(part, role, f"{where}.content[{i}]") for i, part in enumerate(content))
+    if isinstance(content.value, str):
+        return (TextPart(content.value),)
+    if not isinstance(content.value, list):
+        raise content.error("content must be a string, null or a list of parts")
+    return tuple(_part(part, role) for part in content.array())
 
 
-def _part(raw: Any, role: str, where: str) -> Part:
-    if not isinstance(raw, Mapping):
-        raise InvalidRequest("expected a content part object", where)
+def _part(field: Field, role: str) -> Part:
+    raw = field.value
+    if not _is_object(raw):
+        raise field.error("expected a content part object")
     kind = raw.get("type")
     allowed = _PART_TYPES[role]
     if kind not in allowed:
-        raise InvalidRequest(
+        raise field.error(
             f"unsupported content part type {kind!r} in a {role} message; "
-            f"supported: {', '.join(allowed)}",
-            where,
+            f"supported: {', '.join(allowed)}"
         )
     if kind in ("text", "refusal"):
-        text = raw.get(kind)
-        if not isinstance(text, str):
-            raise InvalidRequest(f"a {kind} part needs a string {kind!r}", f"{where}.{kind}")
-        return TextPart(text)
+        text = field[kind]
+        if not isinstance(text.value, str):
+            raise text.error(f"a {kind} part needs a string {kind!r}")
+        return TextPart(text.value)
     if kind in _IMAGE_TYPES:
         image = raw.get("image_url")
         url = image.get("url") if isinstance(image, Mapping) else None
         return ImagePart(url if isinstance(url, str) else None)
-    return tool_reference(raw, where)
+    return tool_reference(field)
 
 
-def tool_reference(raw: Mapping[str, Any], where: str) -> ToolReferencePart:
-    """A ``tool_reference`` part from either spelling (``name`` or ``tool_name``)."""
+def tool_reference(part: Field) -> ToolReferencePart:
+    """A ``tool_reference`` part (an object) from either spelling (``name`` or ``tool_name``)."""
+    raw = part.object()
     name = raw.get("tool_name", raw.get("name"))
     if not isinstance(name, str) or not name:
-        raise InvalidRequest("a tool_reference part needs the tool's 'name'", f"{where}.name")
+        raise part["name"].error("a tool_reference part needs the tool's 'name'")
     return ToolReferencePart(name)
 
 
-def _reasoning(raw: Mapping[str, Any], where: str) -> str | None:
-    key = "reasoning_content" if raw.get("reasoning_content") is not None else "reasoning"
-    return _optional_str(raw.get(key), where, key)
-
-
-def _history_calls(raw: Any, where: str, notes: list[str]) -> tuple[HistoryCall, ...]:
-    if raw is None:
+def _history_calls(field: Field, notes: list[str]) -> tuple[HistoryCall, ...]:
+    if not field.present:
         return ()
-    if not isinstance(raw, list):
-        raise InvalidRequest("tool_calls must be a list", f"{where}.tool_calls")
+    if not isinstance(field.value, list):
+        raise field.error("tool_calls must be a list")
     calls = []
-    for i, call in enumerate(raw):
-        # The usual call (a valid name, an id, an object's JSON text) builds no error path.
-        is_object = call.__class__ is dict or isinstance(call, Mapping)
-        function = call.get("function") if is_object else None
-        if function.__class__ is not dict and not isinstance(function, Mapping):
-            raise InvalidRequest(
-                'expected {"type": "function", "function": {"name", "arguments"}}',
-                f"{where}.tool_calls[{i}]",
-            )
-        if call.get("type", "function") != "function":
-            raise InvalidRequest(
-                f"unsupported tool call type {call.get('type')!r}", f"{where}.tool_calls[{i}].type"
-            )
-        name = function.get("name")
-        if name.__class__ is not str or TOOL_NAME.fullmatch(name) is None:
-            name = tool_name(name, f"{where}.tool_calls[{i}].function.name")
-        text = function.get("arguments")
-        arguments: Mapping[str, Any] | None = _object_of(text)
-        if arguments is None:
-            arguments_where = f"{where}.tool_calls[{i}].function.arguments"
-            arguments = history_arguments(text, arguments_where, notes)
-        call_id = call.get("id")
-        if call_id.__class__ is not str:
-            call_id = _optional_str(call_id, f"{where}.tool_calls[{i}]", "id")
-        calls.append(
-            HistoryCall(call_id or None, name, arguments, text if isinstance(text, str) else None)
-        )
-    return check_call_ids(calls, f"{where}.tool_calls")
+    for call in field.array():
+        raw = call.value
+        function = raw.get("function") if _is_object(raw) else None
+        if not _is_object(function):
+            raise call.error('expected {"type": "function", "function": {"name", "arguments"}}')
+        if raw.get("type", "function") != "function":
+            raise call["type"].error(f"unsupported tool call type {raw.get('type')!r}")
+        function_field = call["function"]
+        name = tool_name(function_field["name"])
+        arguments = function_field["arguments"]
+        read = history_arguments(arguments, notes)
+        text = arguments.value if isinstance(arguments.value, str) else None
+        calls.append(HistoryCall(call["id"].optional_string() or None, name, read, text))
+    return check_call_ids(calls, field)
 
 
-def check_call_ids(calls: Iterable[HistoryCall], where: str) -> tuple[HistoryCall, ...]:
-    """The calls of one assistant turn; two with one id could not be told apart."""
+def check_call_ids(calls: Iterable[HistoryCall], where: Field) -> tuple[HistoryCall, ...]:
+    """The calls of one assistant turn (given at ``where``); two with one id could not be
+    told apart."""
     result = tuple(calls)
     ids = [call.id for call in result if call.id is not None]
     if len(set(ids)) != len(ids):
-        raise InvalidRequest("two tool calls share an id", where)
+        raise where.error("two tool calls share an id")
     return result
 
 
-def history_arguments(raw: Any, where: str, notes: list[str]) -> Mapping[str, Any]:
+def history_arguments(field: Field, notes: list[str]) -> Mapping[str, Any]:
     """Arguments as an object: from an object, JSON text or double-encoded JSON text.
 
     Anything else becomes one ``arguments`` parameter holding the raw value, as the V4.1
     reference encoder does, and is reported in ``notes``. Empty text means no arguments.
     """
-    read = _object_of(raw)
-    if read is not None:
-        return read
-    if raw is None or (isinstance(raw, str) and (not raw or raw.isspace())):
+    arguments = _arguments(field.value)
+    if arguments is None:
+        return _one_parameter(field, notes)
+    return arguments
+
+
+def _arguments(raw: Any) -> dict[str, Any] | None:
+    """The object of the arguments ``raw`` (an object, JSON text of one or JSON text of
+    such text; empty text or null: none), each text scanned once; None for anything else."""
+    if raw.__class__ is str:
+        if not raw or raw.isspace():
+            return {}
+        value = _json_value(raw)
+        if value.__class__ is str:
+            value = _json_value(value)
+        return value if isinstance(value, dict) else None
+    if raw is None or raw is MISSING:
         return {}
-    value: Any = raw
-    for _ in range(2):
-        if not isinstance(value, str):
-            break
-        try:
-            value = json.loads(value)
-        except ValueError:
-            break
-    if isinstance(value, dict):
-        return value
+    return raw if isinstance(raw, dict) else None
+
+
+def _one_parameter(field: Field, notes: list[str]) -> dict[str, Any]:
     notes.append(
-        f"{where}: arguments are not a JSON object; rendered as one parameter named "
+        f"{field.path}: arguments are not a JSON object; rendered as one parameter named "
         "'arguments' holding the raw value"
     )
-    return {"arguments": raw}
+    return {"arguments": field.value}
 
 
 #: What json.loads runs on the text after its checks (the C scanner, where there is one).
 _SCAN: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+#: JSON's whitespace, which json.loads allows around the value.
+_SPACE = " \t\n\r"
 
 
-def _object_of(text: Any) -> dict[str, Any] | None:
-    """The object that JSON text with nothing around it holds (the usual arguments), read
-    by json.loads's scanner directly; None for anything else."""
-    if text.__class__ is not str or text[:1] != "{":
-        return None
+def _json_value(text: str) -> Any:
+    """The value ``json.loads(text)`` reads, by its scanner directly; ``MISSING`` when the
+    text is not JSON. The usual arguments (an object, nothing around it) skip the
+    whitespace checks."""
+    start = 0 if text[:1] == "{" else len(text) - len(text.lstrip(_SPACE))
     try:
-        value, end = _SCAN(text, 0)
+        value, end = _SCAN(text, start)
     except (StopIteration, ValueError):
-        return None
-    return value if end == len(text) and value.__class__ is dict else None
+        return MISSING
+    if end != len(text) and text[end:].strip(_SPACE):
+        return MISSING
+    return value
 
 
-def tool_name(name: Any, where: str) -> str:
+def tool_name(name: Field) -> str:
     """A tool name fit for DSML's ``name="…"`` attribute."""
-    if not isinstance(name, str) or not name:
-        raise InvalidRequest("a tool needs a function name (a non-empty string)", where)
-    if not TOOL_NAME.fullmatch(name):
-        raise InvalidRequest(
-            f"tool name {name!r} must be 1-128 characters from A-Z a-z 0-9 _ . : -", where
-        )
-    return name
+    value = name.value
+    if not isinstance(value, str) or not value:
+        raise name.error("a tool needs a function name (a non-empty string)")
+    if not TOOL_NAME.fullmatch(value):
+        raise name.error(f"tool name {value!r} must be 1-128 characters from A-Z a-z 0-9 _ . : -")
+    return value
 
 
 def tool(function: Mapping[str, Any], deferred: bool, name_param: str) -> Tool:
     """A tool from its function object (``name``, ``description``, ``parameters``, …)."""
-    return Tool(tool_name(function.get("name"), name_param), function, deferred, name_param)
+    name = tool_name(Field(function.get("name"), name_param))
+    return Tool(name, function, deferred, name_param)
 
 
-def read_tools(raw: Any, where: str) -> tuple[Tool, ...]:
+def read_tools(field: Field) -> tuple[Tool, ...]:
     """OpenAI-style tools; ``defer_loading`` may sit beside ``function`` or inside it."""
-    if raw is None:
+    if not field.present:
         return ()
-    if not isinstance(raw, list):
-        raise InvalidRequest("tools must be a list", where)
+    if not isinstance(field.value, list):
+        raise field.error("tools must be a list")
+    expected = 'expected an OpenAI tool {"type": "function", "function": {...}}'
     tools = []
-    for i, item in enumerate(raw):
-        tool_where = f"{where}[{i}]"
-        expected = 'expected an OpenAI tool {"type": "function", "function": {...}}'
-        if not isinstance(item, Mapping):
-            raise InvalidRequest(expected, tool_where)
-        if item.get("type", "function") != "function":
-            raise InvalidRequest(expected, f"{tool_where}.type")
-        if not isinstance(item.get("function"), Mapping):
-            raise InvalidRequest(expected, tool_where)
-        function = dict(item["function"])
-        deferred = _flag(item.get("defer_loading"), tool_where, "defer_loading")
-        deferred |= _flag(function.pop("defer_loading", None), tool_where, "function.defer_loading")
-        tools.append(tool(function, deferred, f"{tool_where}.function.name"))
+    for item in field.array():
+        raw = item.value
+        if not _is_object(raw):
+            raise item.error(expected)
+        if raw.get("type", "function") != "function":
+            raise item["type"].error(expected)
+        if not _is_object(raw.get("function")):
+            raise item.error(expected)
+        function = dict(raw["function"])
+        inner = Field(function.pop("defer_loading", None), f"{item.path}.function.defer_loading")
+        deferred = item["defer_loading"].flag() | inner.flag()
+        tools.append(tool(function, deferred, f"{item.path}.function.name"))
     return tuple(tools)
 
 
-def read_response_format(raw: Any, where: str) -> Mapping[str, Any] | None:
+def read_response_format(field: Field) -> Mapping[str, Any] | None:
     """``response_format``: ``text`` (None), ``json_object`` or ``json_schema`` (with a schema)."""
-    if raw is None:
+    if not field.present:
         return None
+    raw = field.value
     if not isinstance(raw, Mapping):
-        raise InvalidRequest("response_format must be an object", where)
+        raise field.error("response_format must be an object")
     kind = raw.get("type")
     if kind == "text":
         return None
     if kind not in ("json_object", "json_schema"):
-        raise InvalidRequest(
-            f"unknown response_format type {kind!r}; use text, json_object or json_schema",
-            f"{where}.type",
+        raise field["type"].error(
+            f"unknown response_format type {kind!r}; use text, json_object or json_schema"
         )
     if kind == "json_schema":
         schema = raw.get("json_schema")
         if not isinstance(schema, Mapping) or not isinstance(schema.get("schema"), Mapping):
-            raise InvalidRequest(
-                'a json_schema response format needs "json_schema": {"schema": {...}}',
-                f"{where}.json_schema",
+            raise field["json_schema"].error(
+                'a json_schema response format needs "json_schema": {"schema": {...}}'
             )
-    return raw
-
-
-def _optional_str(raw: Any, where: str, key: str) -> str | None:
-    """The member ``key`` of the object at ``where``: a string or None."""
-    if raw is not None and not isinstance(raw, str):
-        raise InvalidRequest("expected a string", f"{where}.{key}")
-    return raw
-
-
-def _flag(raw: Any, where: str, key: str) -> bool:
-    """The member ``key`` of the object at ``where``: true or false (None: false)."""
-    if raw is None:
-        return False
-    if not isinstance(raw, bool):
-        raise InvalidRequest("expected true or false", f"{where}.{key}")
     return raw

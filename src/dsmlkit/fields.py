@@ -1,14 +1,15 @@
-"""Reading a JSON request body field by field, with errors that name the field.
+"""Reading a JSON request field by field, with errors that name the field.
 
 A :class:`Field` is a value plus its path in the request (``messages[3].content[1]``).
 Every accessor either returns the value with the expected JSON type or raises
-:class:`~dsmlkit.errors.InvalidRequest` (400) naming that path.
+:class:`~dsmlkit.errors.InvalidRequest` (400) naming that path. It is the one reader of
+requests: the canonical form (:mod:`dsmlkit.render.conversation`) and every API reader
+(:mod:`dsmlkit.api`) read with it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from dsmlkit.errors import InvalidRequest
@@ -22,17 +23,41 @@ class _Missing:
 MISSING: Any = _Missing()
 
 
-@dataclass(frozen=True)
 class Field:
-    """A JSON value found at ``path`` (``MISSING`` when the key was absent)."""
+    """A JSON value found at ``path`` (``MISSING`` when the key was absent).
 
-    value: Any
-    path: str
+    Treat it as read-only (a plain class: readers make one per field they look at, and a
+    frozen dataclass initialises several times slower). A member's path is written only
+    when asked for (an error, a message's ``param``).
+    """
+
+    __slots__ = ("_at", "value")
+
+    def __init__(self, value: Any, path: str) -> None:
+        self.value = value
+        self._at: str | tuple[Field, str | int] = path
+
+    def __repr__(self) -> str:
+        return f"Field({self.value!r}, {self.path!r})"
+
+    @property
+    def path(self) -> str:
+        """Where the field is in the request (``messages[3].content[1]``; the body: "")."""
+        at = self._at
+        if isinstance(at, str):
+            return at
+        parent, key = at  # a member or an item: its path is written when first asked for
+        above = parent.path
+        path = f"{above}[{key}]" if isinstance(key, int) else f"{above}.{key}" if above else key
+        self._at = path
+        return path
 
     def __getitem__(self, key: str) -> Field:
         """The member ``key`` of this object (``MISSING`` when absent)."""
-        member = self.object().get(key, MISSING)
-        return Field(member, f"{self.path}.{key}" if self.path else key)
+        value = self.value
+        if value.__class__ is not dict:  # JSON gives dicts: the usual case checks nothing more
+            value = self.object()
+        return _member(self, value.get(key, MISSING), key)
 
     @property
     def present(self) -> bool:
@@ -58,7 +83,7 @@ class Field:
 
     def array(self) -> list[Field]:
         items: list[Any] = self._expect(list, "an array")
-        return [Field(item, f"{self.path}[{i}]") for i, item in enumerate(items)]
+        return [_member(self, item, i) for i, item in enumerate(items)]
 
     def string(self) -> str:
         value: str = self._expect(str, "a string")
@@ -90,9 +115,36 @@ class Field:
             raise self.error(f"must be one of {', '.join(sorted(allowed))}; got {value!r}")
         return value
 
+    def optional_string(self) -> str | None:
+        """A string or nothing (absent or null: None); the canonical form's wording."""
+        if not self.present:
+            return None
+        if not isinstance(self.value, str):
+            raise self.error("expected a string")
+        return self.value
+
+    def flag(self) -> bool:
+        """True or false (absent or null: false); the canonical form's wording."""
+        if not self.present:
+            return False
+        if not isinstance(self.value, bool):
+            raise self.error("expected true or false")
+        return self.value
+
     def type_tag(self) -> str:
         """The ``type`` member of an object (a content part or block)."""
         return self["type"].nonempty_string()
+
+
+_new_field = object.__new__
+
+
+def _member(parent: Field, value: Any, key: str | int) -> Field:
+    """The field at ``key`` of ``parent``; its path is written when first asked for."""
+    member: Field = _new_field(Field)  # no __init__, no path text yet
+    member.value = value
+    member._at = (parent, key)
+    return member
 
 
 def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
