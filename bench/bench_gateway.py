@@ -160,6 +160,7 @@ def serve_engine(
     sent: list[tuple[str, int, float]] = []
     #: id(request) -> [agent request key, prompt text, the output text sent]
     agent: dict[int, list[str]] = {}
+    kept: list[dict[str, Any]] = []
 
     def prompt_text(request: dict[str, Any]) -> str:
         prompt = request.get("prompt")
@@ -177,6 +178,7 @@ def serve_engine(
             if kind != "Agent":
                 return replies[kind]
             prompt = prompt_text(request)
+            kept.append(request)  # alive for the run: its id stays its own
             agent[id(request)] = [key, prompt, ""]
             output = agent_output(prompt.count(EDITED))  # streamed as pieces by either engine
             return Reply(pieces=tuple(output[i : i + 8] for i in range(0, len(output), 8)))
