@@ -574,7 +574,7 @@ async def benchmark(args: argparse.Namespace) -> None:
                 targets.append(Target("LiteLLM proxy", processes[2].pid, through(urls["litellm"])))
             for target in targets:
                 await measure(client, target, args, numbers, render, urls["engine"])
-            if args.agents:
+            if args.agents and args.upstream_api == "completions":
                 await agent_conversations(client, args, numbers, urls["gateway"] + route)
             hold = None
             if args.hold:
@@ -587,8 +587,10 @@ async def benchmark(args: argparse.Namespace) -> None:
             process.wait(timeout=60)
     engine_notes = json.loads(timings.read_text())
     report(args, targets, hold, engine_notes["sent"])
-    if args.agents:
+    if args.agents and args.upstream_api == "completions":
         report_agents(args, engine_notes["agent"])
+    elif args.agents:
+        print("  agent: skipped (chat mode: the engine renders the prompt itself)")
 
 
 async def measure(
