@@ -77,26 +77,17 @@ def _marked(value: Any, pieces: dict[str, str]) -> Any:
         return _piece(json_text(value), pieces)
     if kind is RawJSON:
         return _piece(value.text, pieces)
-    if kind is dict:
-        copied: dict[str, Any] | None = None
-        for key, item in value.items():
+    if kind is dict or kind is list:
+        # copied on the first change only: most of a body is small and stays as it is
+        copied: Any = None
+        for key, item in value.items() if kind is dict else enumerate(value):
             if type(item) in _PLAIN or (type(item) is str and len(item) < LONG_STRING):
                 continue
             marked = _marked(item, pieces)
             if marked is not item:
-                copied = copied if copied is not None else dict(value)
+                copied = copied if copied is not None else kind(value)
                 copied[key] = marked
         return value if copied is None else copied
-    if kind is list:
-        listed: list[Any] | None = None
-        for index, item in enumerate(value):
-            if type(item) in _PLAIN or (type(item) is str and len(item) < LONG_STRING):
-                continue
-            marked = _marked(item, pieces)
-            if marked is not item:
-                listed = listed if listed is not None else list(value)
-                listed[index] = marked
-        return value if listed is None else listed
     return value
 
 
