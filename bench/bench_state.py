@@ -50,12 +50,9 @@ from tests.server.loopback import serve_in_thread  # noqa: E402
 
 from dsmlkit.api import ChatRequest, parse_request  # noqa: E402
 from dsmlkit.parse import ReasoningDelta, ToolCallEnd  # noqa: E402
+from dsmlkit.server.fold import AnswerTracker  # noqa: E402
 from dsmlkit.server.model_turns import Digests  # noqa: E402
-from dsmlkit.server.reasoning_store import (  # noqa: E402
-    AnswerTracker,
-    ReasoningMemory,
-    ThinkingSigner,
-)
+from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner  # noqa: E402
 from dsmlkit.server.restore import restore  # noqa: E402
 from dsmlkit.server.state_store import StateStore, open_store  # noqa: E402
 
@@ -102,7 +99,7 @@ async def bench_store(store: StateStore, turns: int, rounds: int) -> list[str]:
     ids = [f"call_{turn:024d}" for turn in range(turns)]
     none = Digests(())
     for call_id in ids:
-        await memory.remember(answer(call_id), none)
+        await memory.remember(answer(call_id).calls(), none)
     dropped = history(turns, keep_reasoning=False)
     restored = await restore(memory, dropped)
     assert (restored.reasoning, restored.error) == (turns, None), restored
@@ -119,7 +116,7 @@ async def bench_store(store: StateStore, turns: int, rounds: int) -> list[str]:
         ),
         row(
             "remember one answer (1 call)",
-            await timed(rounds, lambda: memory.remember(answer(ids[0]), none)),
+            await timed(rounds, lambda: memory.remember(answer(ids[0]).calls(), none)),
         ),
     ]
     await store.aclose()

@@ -13,8 +13,9 @@ import pytest
 from dsmlkit.api import SealError
 from dsmlkit.api.adapters import ReadContext, adapter_for
 from dsmlkit.parse import ReasoningDelta, ToolCallEnd
+from dsmlkit.server.fold import AnswerTracker
 from dsmlkit.server.model_turns import Digests
-from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory, ThinkingSigner
+from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
 from dsmlkit.server.restore import Restored, restore
 from dsmlkit.server.sealing import KeyRing
 from dsmlkit.server.state_store import (
@@ -241,7 +242,7 @@ def _restored(mem: ReasoningMemory, api: str, body: dict[str, Any]) -> Restored:
 
 def test_restore_never_changes_the_request_read() -> None:
     mem = memory()
-    run(mem.remember, answer([CALL_1], "why"), Digests(()))
+    run(mem.remember, answer([CALL_1], "why").calls(), Digests(()))
     call = {"id": CALL_1, "type": "function", "function": {"name": "f", "arguments": "{}"}}
     body = {
         "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [call]}]
@@ -285,7 +286,7 @@ _SIGNER = ThinkingSigner()
 )
 def test_anthropic_thinking_is_kept_only_when_signed(thinking: Any, reasoning: str) -> None:
     mem = ReasoningMemory(MemoryStore(), _SIGNER)
-    run(mem.remember, answer([TOOLU_1], "stored"), Digests(()))
+    run(mem.remember, answer([TOOLU_1], "stored").calls(), Digests(()))
     restored = _restored(mem, "anthropic", {"max_tokens": 5, **anthropic_body(thinking)})
     assert restored.reasoning == (reasoning == "stored")
     turn = restored.req.conversation.messages[1]
@@ -299,8 +300,8 @@ def test_remember_with_a_dead_store_returns_the_error_and_logs_once(
     mem = ReasoningMemory(RedisStore(f"redis://127.0.0.1:{free_port()}/0"), ThinkingSigner())
 
     async def twice() -> None:
-        assert await mem.remember(answer([CALL_1], "why"), Digests(()))
-        assert await mem.remember(answer([CALL_2], "why"), Digests(()))
+        assert await mem.remember(answer([CALL_1], "why").calls(), Digests(()))
+        assert await mem.remember(answer([CALL_2], "why").calls(), Digests(()))
 
     with caplog.at_level("WARNING", logger="dsmlkit.server"):
         anyio.run(twice)
@@ -314,8 +315,8 @@ def test_calls_gives_what_the_model_wrote_for_known_call_ids() -> None:
     none = Digests(())
 
     async def test() -> None:
-        await mem.remember(answer([one, two], "both"), none)
-        await mem.remember(answer([three], ""), none)  # no reasoning to give back
+        await mem.remember(answer([one, two], "both").calls(), none)
+        await mem.remember(answer([three], "").calls(), none)  # no reasoning to give back
         keys = {i: key for i in (two, three, unknown) if (key := none.key(i)) is not None}
         found, error = await mem.calls(keys)
         assert error is None and sorted(found) == [two, three]
@@ -328,7 +329,7 @@ def test_calls_gives_what_the_model_wrote_for_known_call_ids() -> None:
             )
             .conversation.messages
         )
-        await mem.remember(answer(["call_0"], "numbered"), conversation)
+        await mem.remember(answer(["call_0"], "numbered").calls(), conversation)
         key, elsewhere = conversation.key("call_0"), none.key("call_0")
         assert key is not None and elsewhere is not None and key != elsewhere
         assert (await mem.calls({"x": key}))[0]["x"].reasoning == "numbered"

@@ -22,8 +22,9 @@ from dsmlkit.dialects import V4_1
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.parse import ReasoningDelta, ToolCallEnd
 from dsmlkit.server import response_store
+from dsmlkit.server.fold import AnswerTracker
 from dsmlkit.server.model_turns import Digests
-from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory, ThinkingSigner
+from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
 from dsmlkit.server.response_store import LINKS, save, stored_history
 from dsmlkit.server.restore import restore
 from dsmlkit.server.state_store import MemoryStore, SqliteStore
@@ -258,7 +259,7 @@ def test_a_responses_turn_gets_its_reasoning_and_arguments_from_one_read_of_its_
     call_id = "call_" + "7" * 24
     tracker = AnswerTracker()
     tracker.add([ReasoningDelta("Look it up."), ToolCallEnd(0, call_id, "f", {"a": 1}, '{"a": 1}')])
-    anyio.run(memory.remember, tracker, Digests(()))
+    anyio.run(memory.remember, tracker.calls(), Digests(()))
     echoed = {"type": "function_call", "call_id": call_id, "name": "f", "arguments": '{ "a":1 }'}
     body = {
         "model": "m",

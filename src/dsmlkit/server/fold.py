@@ -12,17 +12,17 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dsmlkit.api import Usage
-from dsmlkit.parse import Diagnostic, Event, OutputEnd
+from dsmlkit.parse import ContentDelta, Diagnostic, Event, OutputEnd, ReasoningDelta, ToolCallEnd
 from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.forced import HELD_BACK, CallGate, cut_ending, missing_call
-from dsmlkit.server.model_turns import Digests
+from dsmlkit.server.model_turns import Digests, ModelCall
 from dsmlkit.server.plan import UpstreamPlan
-from dsmlkit.server.reasoning_store import AnswerTracker, ReasoningMemory
+from dsmlkit.server.reasoning_store import ReasoningMemory
 from dsmlkit.server.reqlog import RequestRecord, log_event
 from dsmlkit.server.state import Route
 from dsmlkit.server.upstream import UpstreamStream
@@ -166,8 +166,39 @@ async def fold(
         raise UpstreamError("broken", refused)
     record.prompt_tokens = outcome.usage.prompt_tokens
     record.completion_tokens = outcome.usage.completion_tokens
-    record.state_error = await memory.remember(answer, digests) or record.state_error
+    record.state_error = await memory.remember(answer.calls(), digests) or record.state_error
     yield [final]
+
+
+class AnswerTracker:
+    """What the model wrote in one answer, collected from its events for
+    :meth:`~.reasoning_store.ReasoningMemory.remember`."""
+
+    def __init__(self) -> None:
+        self._reasoning: list[str] = []
+        self._content: list[str] = []
+        self._calls: list[ToolCallEnd] = []
+
+    def add(self, events: Iterable[Event]) -> None:
+        for event in events:
+            if isinstance(event, ReasoningDelta):
+                self._reasoning.append(event.text)
+            elif isinstance(event, ContentDelta):
+                self._content.append(event.text)
+            elif isinstance(event, ToolCallEnd):
+                self._calls.append(event)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self._reasoning)
+
+    def calls(self) -> dict[str, ModelCall]:
+        """What the model wrote, by call id."""
+        reasoning, content = self.reasoning, "".join(self._content)
+        return {
+            call.id: ModelCall(call.name, call.arguments_json, reasoning, content)
+            for call in self._calls
+        }
 
 
 def _timed(record: RequestRecord, step: Callable[[Any], list[Event]], arg: Any) -> list[Event]:

@@ -28,10 +28,9 @@ failure is logged and ``/ready`` reports the store (``check``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Mapping
 from typing import Any
 
-from dsmlkit.parse import ContentDelta, Event, ReasoningDelta, ToolCallEnd
 from dsmlkit.server.model_turns import Digests, ModelCall
 from dsmlkit.server.reqlog import log_event
 from dsmlkit.server.sealing import KeyRing
@@ -63,36 +62,6 @@ class ThinkingSigner:
         return self.ring.open(token, model, "thinking")
 
 
-class AnswerTracker:
-    """Collects what :meth:`ReasoningMemory.remember` needs from one answer's events."""
-
-    def __init__(self) -> None:
-        self._reasoning: list[str] = []
-        self._content: list[str] = []
-        self._calls: list[ToolCallEnd] = []
-
-    def add(self, events: Iterable[Event]) -> None:
-        for event in events:
-            if isinstance(event, ReasoningDelta):
-                self._reasoning.append(event.text)
-            elif isinstance(event, ContentDelta):
-                self._content.append(event.text)
-            elif isinstance(event, ToolCallEnd):
-                self._calls.append(event)
-
-    @property
-    def reasoning(self) -> str:
-        return "".join(self._reasoning)
-
-    def calls(self) -> dict[str, ModelCall]:
-        """What the model wrote, by call id."""
-        reasoning, content = self.reasoning, "".join(self._content)
-        return {
-            call.id: ModelCall(call.name, call.arguments_json, reasoning, content)
-            for call in self._calls
-        }
-
-
 class ReasoningMemory:
     """What the model wrote, reasoning included, by call id in a :class:`StateStore`; see the
     module docstring (and :mod:`.model_turns`) for the rules."""
@@ -103,12 +72,12 @@ class ReasoningMemory:
         self.ttl = ttl
         self._failing = False
 
-    async def remember(self, answer: AnswerTracker, digests: Digests) -> str | None:
-        """Store what the model wrote under each of the answer's call ids (short ids with
-        the ``digests`` of the conversation the answer continues); returns the store error,
-        if any."""
+    async def remember(self, calls: Mapping[str, ModelCall], digests: Digests) -> str | None:
+        """Store what the model wrote in one answer under each of its call ids (short ids
+        with the ``digests`` of the conversation the answer continues); returns the store
+        error, if any."""
         items = {}
-        for call_id, call in answer.calls().items():
+        for call_id, call in calls.items():
             key = digests.key(call_id)
             if key is not None:
                 items[key] = call.dumps()
