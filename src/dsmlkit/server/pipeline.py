@@ -97,7 +97,7 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
     """One gateway request, stage by stage (see the module docstring)."""
     state, record = state_of(request), record_of(request)
     sent, size = await read_json(request)
-    route = state.route(sent.get("model") if isinstance(sent, dict) else None, request.headers)
+    route = state.route(_model_named(sent), request.headers)
     model = route.model
     read, links = await read_request(state, adapter, model, sent, size)
     restored = await restore_state(state, read, record)
@@ -163,8 +163,14 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
 
 
 def resolve_model(state: ServerState, body: Any) -> ServedModel:
-    """Stage 2: the served model a request body names (see :meth:`ServerState.model_for`)."""
-    return state.model_for(body.get("model") if isinstance(body, dict) else None)
+    """Stage 2 for the routes with no upstream: the served model a request body names
+    (see :meth:`ServerState.model_for`)."""
+    return state.model_for(_model_named(body))
+
+
+def _model_named(body: Any) -> Any:
+    """The ``model`` a request body names (the reader checks it later)."""
+    return body.get("model") if isinstance(body, dict) else None
 
 
 async def read_request(
