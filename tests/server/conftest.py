@@ -88,6 +88,7 @@ def engine(engine_server: tuple[FakeEngine, str]) -> FakeEngine:
     fake.disconnects = 0
     fake.on_chunk = None
     fake.tokenize_delay = 0.0
+    fake.tokenized = 0
     fake.served = ENGINE_MODELS
     fake.max_model_len = ENGINE_MAX_MODEL_LEN
     return fake

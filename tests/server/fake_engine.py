@@ -114,6 +114,8 @@ class FakeEngine:
     on_chunk: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
     #: Seconds ``/tokenize`` waits before it answers.
     tokenize_delay: float = 0.0
+    #: ``/tokenize`` requests answered.
+    tokenized: int = 0
 
     def push(self, *replies: Reply) -> None:
         self.script.extend(replies)
@@ -175,6 +177,7 @@ class FakeEngine:
             await _send_error(send, 404, unknown, "NotFoundError", "model")
             return
         ids = self.encode(request["prompt"], request.get("add_special_tokens", True))
+        self.tokenized += 1
         answer: dict[str, Any] = {
             "count": len(ids),
             "max_model_len": self.max_model_len,

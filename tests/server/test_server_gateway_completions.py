@@ -104,6 +104,40 @@ def test_without_tokenizer_the_prompt_goes_as_text(start_gateway: Any, engine: A
     assert sent["add_special_tokens"] is False  # the prompt carries its own BOS
 
 
+def test_a_text_prompt_is_counted_only_when_the_count_is_needed(
+    start_gateway: Any, engine: Any
+) -> None:
+    """No ``/tokenize`` request when the prompt's bytes prove it leaves ``max_tokens`` room
+    and nothing shows its length before the answer: the engine's usage at the end counts it.
+    Messages streams show it first (``message_start``), and a tight context needs it."""
+    gateway = Gateway(start_gateway(upstream_api="completions", tokenizer="none"), engine)
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    with gateway.http() as http:
+        before = engine.tokenized  # the gateway's reading of the engine at start
+        streamed = http.post(
+            "/v1/chat/completions",
+            json={**chat, "stream": True, "stream_options": {"include_usage": True}},
+        )
+        assert streamed.status_code == 200 and engine.tokenized == before
+        chunks = [
+            json.loads(line[6:])
+            for line in streamed.text.splitlines()
+            if line.startswith("data: {")
+        ]
+        chat_tokens = len(engine.encode(engine.requests[-1]["prompt"], False))
+        assert chunks[-1]["usage"]["prompt_tokens"] == chat_tokens  # the engine's own count
+        messages = {**chat, "max_tokens": 50, "stream": True}
+        started = http.post("/v1/messages", json=messages).text
+        assert engine.tokenized == before + 1
+        counted = len(engine.encode(engine.requests[-1]["prompt"], False))
+        assert f'"input_tokens":{counted}' in started.split("\n\n")[0]  # message_start
+        # room for exactly this many: the bytes cannot show it, the count can
+        room = engine.max_model_len - chat_tokens
+        tight = http.post("/v1/chat/completions", json={**chat, "max_tokens": room})
+        assert tight.status_code == 200 and engine.tokenized == before + 2
+        assert engine.requests[-1]["max_tokens"] == room
+
+
 @pytest.mark.parametrize(("api", "stream"), APIS, ids=API_IDS)
 def test_length_cutoff_inside_a_call_returns_no_call(
     completions_gateway: Gateway, api: str, stream: bool

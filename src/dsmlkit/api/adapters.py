@@ -91,6 +91,8 @@ class ApiAdapter:
     (Responses' ``store`` / ``previous_response_id``). ``chat_form``: the request body is
     already an OpenAI chat body (sent to a chat upstream as it came).
     ``beta_header``: the request header naming beta features the API accepts.
+    ``usage_at_start``: a streamed answer reports the prompt's tokens before any output
+    (Messages' ``message_start``).
     """
 
     name: Api
@@ -105,6 +107,7 @@ class ApiAdapter:
     keeps_responses: bool = False
     chat_form: bool = False
     beta_header: str | None = None
+    usage_at_start: bool = False
 
     def read(self, body: Any, context: ReadContext) -> ChatRequest:
         """The typed request of ``body``; raises ``InvalidRequest`` naming the field."""
@@ -262,6 +265,7 @@ MESSAGES = ApiAdapter(
         else {**anthropic_error_body(err), "request_id": request_id}
     ),
     beta_header="anthropic-beta",
+    usage_at_start=True,
 )
 
 

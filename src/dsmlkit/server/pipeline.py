@@ -58,6 +58,8 @@ from dsmlkit.server.plan import (
     UpstreamPlan,
     chat_plan,
     completions_plan,
+    fits_uncounted,
+    length_bound,
     prompt_length,
     render_prompt,
 )
@@ -206,11 +208,16 @@ async def plan_upstream(
     record: RequestRecord,
 ) -> UpstreamPlan:
     """Stage 5: what goes upstream for ``--upstream-api`` (the completions prompt is
-    rendered here and its length asked of the engine when only text is sent)."""
+    rendered here). A prompt sent as text is counted by the engine when a streamed answer
+    shows its length first (Messages) or when the count could change ``max_tokens``; else
+    its byte length bounds it and the engine's usage at the end gives the count."""
     req = restored.req
     if model.config.upstream_api != "completions":
         return chat_plan(model, req, body, restored.put_back)
     prompt: Prompt = await run_for_body(size, render_prompt, state, model, req)
+    shown_first = req.stream and req.adapter.usage_at_start
+    if prompt.token_ids is None and not shown_first and fits_uncounted(prompt):
+        return completions_plan(prompt, None, length_bound(prompt))
     asked = time.perf_counter()
     prompt_tokens = await prompt_length(state, prompt, key)
     record.upstream_wait = time.perf_counter() - asked  # the engine's /tokenize count

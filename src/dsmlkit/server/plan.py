@@ -88,6 +88,23 @@ def render_prompt(state: ServerState, model: ServedModel, req: ChatRequest) -> P
     return Prompt(model, req, result, model.plan.encode(result), clamp)
 
 
+#: Tokens an engine's tokenizer may write for a text beyond one per UTF-8 byte (a prefix
+#: space some tokenizers add); DeepSeek's byte-level BPE writes none.
+_BOUND_SLACK = 16
+
+
+def length_bound(prompt: Prompt) -> int:
+    """An upper bound on the text prompt's length in tokens (every token covers a byte)."""
+    return len(prompt.encoded.text.encode()) + _BOUND_SLACK
+
+
+def fits_uncounted(prompt: Prompt) -> bool:
+    """Whether the text prompt's :func:`length_bound` and the request's ``max_tokens``
+    together fit the model's context: then no count can change what is sent."""
+    limit = prompt.model.max_model_len
+    return limit is None or length_bound(prompt) + prompt.req.resolved_max_tokens() <= limit
+
+
 async def prompt_length(state: ServerState, prompt: Prompt, key: str | None) -> int | None:
     """The prompt's length in tokens: its ids, else the engine's ``/tokenize`` count of the
     text (when the engine has one), else unknown."""
@@ -129,10 +146,15 @@ class UpstreamPlan:
     fallback_body: dict[str, Any] | None = None
 
 
-def completions_plan(prompt: Prompt, prompt_tokens: int | None) -> UpstreamPlan:
-    """The plan for an engine's ``/v1/completions``: ``prompt``, ``prompt_tokens`` long."""
+def completions_plan(
+    prompt: Prompt, prompt_tokens: int | None, bound: int | None = None
+) -> UpstreamPlan:
+    """The plan for an engine's ``/v1/completions``: ``prompt``, ``prompt_tokens`` long
+    (``bound``: at most that long, when it was not counted; a later request of the answer
+    is fitted to the context with it)."""
     req, model = prompt.req, prompt.model
     first_prompt = prompt.upstream_prompt
+    first_tokens = prompt_tokens if prompt_tokens is not None else bound
 
     def make_body(sent: list[int] | str, extra_stop: Sequence[str]) -> dict[str, Any]:
         # a later request of the answer (a forced call's second) extends the prompt the
@@ -141,7 +163,7 @@ def completions_plan(prompt: Prompt, prompt_tokens: int | None) -> UpstreamPlan:
         upstream_body: dict[str, Any] = {
             "model": model.engine_model,
             "prompt": sent,
-            **prompt.sampling_params(_length_of(sent, first_prompt, prompt_tokens), clamp=later),
+            **prompt.sampling_params(_length_of(sent, first_prompt, first_tokens), clamp=later),
             "stream": True,
             "stream_options": {"include_usage": True},
         }
