@@ -21,7 +21,7 @@ from dsmlkit.api.anthropic import (
     read_anthropic_tools,
 )
 from dsmlkit.api.common import Api, ChatRequest, Usage
-from dsmlkit.api.errors import ApiError, anthropic_error_body, api_error, openai_error_body
+from dsmlkit.api.errors import ApiError, anthropic_error_body, openai_error_body
 from dsmlkit.api.openai import OpenAIStream, openai_response, parse_openai_request
 from dsmlkit.api.responses import (
     ResponsesRequest,
@@ -103,7 +103,7 @@ class ApiAdapter:
     respond: Callable[[ParsedMessage, str, Answer, ChatRequest | None], dict[str, Any]]
     respond_json: Callable[[ParsedMessage, str, Answer, ChatRequest | None], bytes]
     open_stream: Callable[[ChatRequest, Answer], StreamWriter]
-    envelope: Callable[[ApiError, str | None], dict[str, Any]]
+    envelope: Callable[[ApiError | InvalidRequest, str | None], dict[str, Any]]
     keeps_responses: bool = False
     chat_form: bool = False
     beta_header: str | None = None
@@ -133,7 +133,7 @@ class ApiAdapter:
     ) -> dict[str, Any]:
         """``err`` in this API's error envelope (with the server's ``request_id`` where the
         API carries one)."""
-        return self.envelope(api_error(err), request_id)
+        return self.envelope(err, request_id)
 
 
 class _SseStream(Protocol):

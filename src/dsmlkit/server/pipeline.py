@@ -58,10 +58,9 @@ from dsmlkit.server.plan import (
     UpstreamPlan,
     chat_plan,
     completions_plan,
-    fits_uncounted,
-    length_bound,
     prompt_length,
     render_prompt,
+    uncounted_bound,
 )
 from dsmlkit.server.reqlog import RequestRecord, log_event
 from dsmlkit.server.response_store import save, stored_history
@@ -216,8 +215,9 @@ async def plan_upstream(
         return chat_plan(model, req, body, restored.put_back)
     prompt: Prompt = await run_for_body(size, render_prompt, state, model, req)
     shown_first = req.stream and req.adapter.usage_at_start
-    if prompt.token_ids is None and not shown_first and fits_uncounted(prompt):
-        return completions_plan(prompt, None, length_bound(prompt))
+    bound = None if prompt.token_ids is not None or shown_first else uncounted_bound(prompt)
+    if bound is not None:
+        return completions_plan(prompt, None, bound)
     asked = time.perf_counter()
     prompt_tokens = await prompt_length(state, prompt, key)
     record.upstream_wait = time.perf_counter() - asked  # the engine's /tokenize count

@@ -98,11 +98,13 @@ def length_bound(prompt: Prompt) -> int:
     return len(prompt.encoded.text.encode()) + _BOUND_SLACK
 
 
-def fits_uncounted(prompt: Prompt) -> bool:
-    """Whether the text prompt's :func:`length_bound` and the request's ``max_tokens``
-    together fit the model's context: then no count can change what is sent."""
+def uncounted_bound(prompt: Prompt) -> int | None:
+    """The text prompt's :func:`length_bound` when it and the request's ``max_tokens``
+    together fit the model's context (then no count can change what is sent), else None."""
+    bound = length_bound(prompt)
     limit = prompt.model.max_model_len
-    return limit is None or length_bound(prompt) + prompt.req.resolved_max_tokens() <= limit
+    fits = limit is None or bound + prompt.req.resolved_max_tokens() <= limit
+    return bound if fits else None
 
 
 async def prompt_length(state: ServerState, prompt: Prompt, key: str | None) -> int | None:
