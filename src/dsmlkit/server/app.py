@@ -1,9 +1,10 @@
 """The FastAPI app: routes, error envelopes, and one middleware for what every request gets
 (a request id, the API key check, the body size limit, the log line and the metrics).
 
-The middleware calls the gateway's three routes itself: a gateway request skips FastAPI's
-routing, its exception middleware and its per-route wrappers (about 0.3 ms of CPU per
-request); every other route goes through FastAPI.
+The middleware stands in front of FastAPI and calls the gateway's three routes itself: a
+gateway request skips FastAPI's middleware stack, its routing and its per-route wrappers
+(about 0.5 ms of CPU per request on the benchmark machine); every other route goes through
+FastAPI.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from dsmlkit import __version__
 from dsmlkit.api.errors import ApiError, api_error
@@ -63,7 +64,7 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
             yield
         await state.aclose()
 
-    app = FastAPI(
+    app = _App(
         title="dsmlkit",
         version=__version__,
         lifespan=lifespan,
@@ -83,8 +84,19 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
         for route in pipeline.router.routes
         if isinstance(route, APIRoute) and route.methods == {"POST"}
     }
-    app.add_middleware(RequestMiddleware, state=state, routes=routes, direct=direct)
+    app.front = RequestMiddleware(app, state=state, routes=routes, direct=direct)
     return app
+
+
+class _App(FastAPI):
+    """FastAPI with :class:`RequestMiddleware` in front, outside FastAPI's own middleware
+    (its error, body-limit and telemetry layers): every HTTP request meets it first, and a
+    gateway request goes no further (about 0.2 ms of CPU per request less)."""
+
+    front: RequestMiddleware
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.front(scope, receive, send)
 
 
 #: A route's endpoint: the request in, the response (an ASGI app) out.
@@ -168,7 +180,8 @@ async def _call_direct(endpoint: Endpoint, scope: Scope, receive: Receive, send:
 
 
 class RequestMiddleware:
-    """Pure ASGI middleware wrapping every HTTP request of the app.
+    """Pure ASGI middleware in front of every request of ``app`` (lifespan events pass
+    through to it).
 
     The body is read here (up to ``max_body_bytes``) and replayed to the app, so an
     oversized body is refused before any work; disconnect messages still pass through.
@@ -177,7 +190,7 @@ class RequestMiddleware:
 
     def __init__(
         self,
-        app: ASGIApp,
+        app: FastAPI,
         state: ServerState,
         routes: frozenset[str],
         direct: Mapping[str, Endpoint],
@@ -189,7 +202,7 @@ class RequestMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            await FastAPI.__call__(self.app, scope, receive, send)
             return
         path: str = scope["path"]
         api = api_for_path(path)
@@ -221,8 +234,9 @@ class RequestMiddleware:
             record.body_bytes = sum(len(m.get("body", b"")) for m in body)
             endpoint = self.direct.get(path) if scope["method"] == "POST" else None
             if endpoint is None:
-                await self.app(scope, _replay(body, receive), send_with_id)
+                await FastAPI.__call__(self.app, scope, _replay(body, receive), send_with_id)
             else:
+                scope["app"] = self.app  # what FastAPI would have set (``request.app``)
                 await _call_direct(endpoint, scope, _replay(body, receive), send_with_id)
         except Exception as exc:
             LOGGER.exception("request %s failed", record.id)
