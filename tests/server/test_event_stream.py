@@ -1,14 +1,17 @@
-"""EventStream: texts go straight to ASGI send; a disconnect cancels the body; finish runs."""
+"""EventStream: texts go straight to ASGI send; a disconnect cancels the body; finish runs;
+CancelOnDisconnect ends only its own cancellation."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import AsyncGenerator
 
 import anyio
 import pytest
 from starlette.types import Message, Scope
 
-from dsmlkit.server.event_stream import EventStream
+from dsmlkit.server.event_stream import CancelOnDisconnect, EventStream
 
 
 class _Client:
@@ -86,3 +89,56 @@ def test_a_failing_body_still_runs_finish() -> None:
     with pytest.raises(RuntimeError, match="bug"):
         _run(body(), client)
     assert client.finished == 1
+
+
+def test_after_a_disconnect_the_task_goes_on_uncancelled() -> None:
+    """The watch's cancellation ends with its block: later awaits of the same task run
+    (on Python 3.11+ its cancel count is back to zero, so timeouts still work)."""
+    client = _Client()
+    after: list[str] = []
+
+    async def main() -> None:
+        async with CancelOnDisconnect(client.receive) as watch:
+            client.leave.set()
+            await anyio.sleep_forever()
+        task = asyncio.current_task()
+        assert task is not None
+        assert watch.disconnected
+        if sys.version_info >= (3, 11):
+            assert task.cancelling() == 0
+        await asyncio.sleep(0)
+        with anyio.fail_after(5):
+            await asyncio.sleep(0.01)
+        after.append("ran")
+
+    asyncio.run(main())
+    assert after == ["ran"]
+
+
+def test_a_cancellation_from_elsewhere_passes_through() -> None:
+    client = _Client()  # never leaves
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().call_later(0.01, task.cancel)
+        async with CancelOnDisconnect(client.receive) as watch:
+            await anyio.sleep_forever()
+        raise AssertionError(f"not reached (disconnected={watch.disconnected})")
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(main())
+
+
+def test_a_block_that_ends_first_leaves_no_watcher_behind() -> None:
+    client = _Client()
+
+    async def main() -> None:
+        async with CancelOnDisconnect(client.receive) as watch:
+            await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the watcher's cancellation is delivered
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        assert others == []
+        assert not watch.disconnected
+
+    asyncio.run(main())

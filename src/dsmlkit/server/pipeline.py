@@ -49,7 +49,7 @@ from dsmlkit.api.errors import ApiError
 from dsmlkit.parse import Event, MessageCollector
 from dsmlkit.server.apis import upstream_api_error
 from dsmlkit.server.errors import UpstreamError
-from dsmlkit.server.event_stream import EventStream, watch_disconnect
+from dsmlkit.server.event_stream import CancelOnDisconnect, EventStream
 from dsmlkit.server.fold import Outcome, Upstream, fold, kinds
 from dsmlkit.server.jsonbody import read_json
 from dsmlkit.server.offload import run_for_body
@@ -296,20 +296,7 @@ async def _cancel_on_disconnect(
     request: Request, work: Callable[[], Awaitable[T]], record: RequestRecord
 ) -> T | None:
     """Run ``work``; if the client disconnects first, cancel it and return None."""
-    results: list[T] = []
-    failures: list[Exception] = []
-    async with anyio.create_task_group() as group:
-
-        async def watch() -> None:
-            await watch_disconnect(request.receive, group.cancel_scope)
-            record.fail(*_DISCONNECTED)
-
-        group.start_soon(watch)
-        try:
-            results.append(await work())
-        except Exception as exc:  # re-raised below, outside the task group
-            failures.append(exc)
-        group.cancel_scope.cancel()
-    if failures:
-        raise failures[0]
-    return results[0] if results else None
+    async with CancelOnDisconnect(request.receive):
+        return await work()
+    record.fail(*_DISCONNECTED)  # reached only when the watch cancelled the work
+    return None
