@@ -178,7 +178,7 @@ async def _arriving(reads: list[bytes]) -> AsyncIterator[bytes]:
         yield read
 
 
-async def _nothing_to_close() -> None:
+def _nothing_to_close() -> None:
     pass
 
 
@@ -262,3 +262,24 @@ def test_a_redirect_is_not_followed() -> None:
         response = _ask(client)
     assert response.status_code == 502
     assert "not an event stream" in response.json()["error"]["message"]
+
+
+def test_a_cookie_an_upstream_sets_goes_out_with_no_later_request() -> None:
+    """One upstream client serves every client: what one answer set must not be sent
+    with another client's request (an upstream named by host name: cookies of a bare IP
+    address are refused anyway)."""
+    cookies: list[str | None] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/completions"):
+            cookies.append(request.headers.get("cookie"))
+        stream = _chunk("hi", "stop") + "data: [DONE]\n\n"
+        headers = {"content-type": "text/event-stream", "set-cookie": "session=client-a; Path=/"}
+        return httpx.Response(200, headers=headers, content=stream.encode())
+
+    with mock_upstream(answer) as url:
+        config = ServerConfig(upstream=url.replace("127.0.0.1", "localhost"), tokenizer="none")
+        with TestClient(create_app(config)) as client:
+            assert _ask(client).status_code == 200
+            assert _ask(client).status_code == 200
+    assert cookies == [None, None]

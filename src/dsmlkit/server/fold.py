@@ -63,7 +63,7 @@ class Upstream:
 
     async def follow(self, body: dict[str, Any]) -> None:
         """Close the current request and open the next."""
-        await self.stream.aclose()
+        self.stream.close()
         await self._send(body)
 
     async def _send(self, body: dict[str, Any]) -> None:
@@ -81,7 +81,7 @@ class Upstream:
     async def finish(self, record: RequestRecord) -> None:
         """Close the open request (if any) and record the upstream's figures."""
         if self._streams:
-            await self.stream.aclose()
+            self.stream.close()
         streams = self._streams
         record.upstream_seconds = sum(stream.seconds for stream in streams)
         record.upstream_wait = (record.upstream_wait or 0.0) + sum(s.waited for s in streams)

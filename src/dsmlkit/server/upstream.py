@@ -12,14 +12,14 @@ import json
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 import aiohttp.http_exceptions
-import anyio
 import orjson
+from yarl import URL
 
 from dsmlkit.server.config import redacted
 from dsmlkit.server.errors import UpstreamError
@@ -57,7 +57,7 @@ def _message_in(data: Any) -> str | None:
 
 
 class UpstreamStream:
-    """An open upstream response: iterate its JSON chunks, then (always) :meth:`aclose`.
+    """An open upstream response: iterate its JSON chunks, then (always) :meth:`close`.
 
     Iteration ends at ``data: [DONE]`` or at the end of the body; ``seconds`` is the time
     from sending the request to the end of the stream (or to now, while it runs). The
@@ -74,7 +74,7 @@ class UpstreamStream:
     def __init__(
         self,
         reads: AsyncIterator[bytes],
-        close: Callable[[], Awaitable[None]],
+        close: Callable[[], object],
         sent_at: float,
     ) -> None:
         self._reads = reads
@@ -147,11 +147,10 @@ class UpstreamStream:
             self._arrived = None
         return now
 
-    async def aclose(self) -> None:
-        """Close the response (also when the client went away: shielded from cancellation)."""
+    def close(self) -> None:
+        """Close the response (it does not wait, so a cancellation cannot cut it short)."""
         self._handled()
-        with anyio.CancelScope(shield=True):
-            await self._close()
+        self._close()
 
 
 def _payload_error(exc: aiohttp.ClientPayloadError) -> UpstreamError:
@@ -315,8 +314,13 @@ class UpstreamClient:
         # keep-alive timeout is 5 s), so none is taken from the pool as it closes
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=_KEEPALIVE_SECONDS)
         self._session = aiohttp.ClientSession(
-            connector=connector, skip_auto_headers=("user-agent",)
+            connector=connector,
+            skip_auto_headers=("user-agent",),
+            # one client serves every request: a cookie an upstream sets must not go out
+            # with the next client's request
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
+        self._urls: dict[str, URL] = {}  # the operator's endpoints, each parsed once
 
     async def open_stream(
         self,
@@ -336,8 +340,9 @@ class UpstreamClient:
             headers["authorization"] = f"Bearer {api_key}"
         sent_at = time.perf_counter()
         try:
+            url = self._urls.get(endpoint) or self._urls.setdefault(endpoint, URL(endpoint))
             response = await self._session.post(
-                endpoint,
+                url,
                 data=_json_body(body),
                 headers=headers,
                 timeout=self._stream_timeout,
@@ -368,11 +373,7 @@ class UpstreamClient:
                 "malformed",
                 f"the upstream answered {content_type or 'no content type'}, not an event stream",
             )
-
-        async def close() -> None:
-            response.release()
-
-        return UpstreamStream(response.content.iter_any(), close, sent_at)
+        return UpstreamStream(response.content.iter_any(), response.release, sent_at)
 
     async def get_json(self, url: str, api_key: str | None, body: Any = None) -> Any:
         """GET (or, with ``body``, POST) ``url`` and decode its JSON answer, within the
