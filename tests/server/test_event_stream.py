@@ -11,7 +11,7 @@ import anyio
 import pytest
 from starlette.types import Message, Scope
 
-from dsmlkit.server.event_stream import CancelOnDisconnect, EventStream
+from dsmlkit.server.event_stream import CancelOnDisconnect, EventStream, LastText
 
 
 class _Client:
@@ -29,7 +29,7 @@ class _Client:
     async def send(self, message: Message) -> None:
         self.sent.append(message)
 
-    async def finish(self) -> None:
+    def finish(self) -> None:
         self.finished += 1
 
 
@@ -57,6 +57,27 @@ def test_each_text_is_one_body_message_then_the_end_then_finish() -> None:
         ("data: é\n\n".encode(), True),
         (b"", False),
     ]
+    assert client.finished == 1
+
+
+def test_a_last_text_ends_the_body_in_the_same_message() -> None:
+    closed: list[bool] = []
+
+    async def body() -> AsyncGenerator[str, None]:
+        try:
+            yield "data: a\n\n"
+            yield LastText("data: [DONE]\n\n")
+            yield "never sent"
+        finally:
+            closed.append(True)
+
+    client = _Client()
+    _run(body(), client)
+    assert [(m["body"], m["more_body"]) for m in client.sent[1:]] == [
+        (b"data: a\n\n", True),
+        (b"data: [DONE]\n\n", False),
+    ]
+    assert closed == [True]
     assert client.finished == 1
 
 

@@ -11,17 +11,21 @@ failure, or when the body never started.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
 from types import TracebackType
 from typing import Any
 
-import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 #: The content type (as Starlette writes it for ``media_type="text/event-stream"``).
 CONTENT_TYPE = (b"content-type", b"text/event-stream; charset=utf-8")
+
+
+class LastText(str):
+    """A text the body yields as its last: it goes out with the end of the body, in one
+    write (the body is closed after it)."""
 
 
 class EventStream(Response):
@@ -34,7 +38,7 @@ class EventStream(Response):
         self,
         body: AsyncGenerator[str, None],
         headers: Mapping[str, str],
-        finish: Callable[[], Awaitable[None]],
+        finish: Callable[[], None],
     ) -> None:
         self.status_code = 200
         self.background = None
@@ -50,15 +54,18 @@ class EventStream(Response):
             async with CancelOnDisconnect(receive):
                 await self._send(send)
         finally:
-            with anyio.CancelScope(shield=True):
-                await self._finish()
+            self._finish()
 
     async def _send(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         async with aclosing(self._body) as texts:
             async for text in texts:
-                body = text.encode()
-                await send({"type": "http.response.body", "body": body, "more_body": True})
+                last = type(text) is LastText
+                await send(
+                    {"type": "http.response.body", "body": text.encode(), "more_body": not last}
+                )
+                if last:
+                    return
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 

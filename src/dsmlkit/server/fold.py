@@ -78,7 +78,7 @@ class Upstream:
         """The open request."""
         return self._streams[-1]
 
-    async def finish(self, record: RequestRecord) -> None:
+    def finish(self, record: RequestRecord) -> None:
         """Close the open request (if any) and record the upstream's figures."""
         if self._streams:
             self.stream.close()

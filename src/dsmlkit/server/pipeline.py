@@ -49,7 +49,7 @@ from dsmlkit.api.errors import ApiError
 from dsmlkit.parse import Event, MessageCollector
 from dsmlkit.server.apis import upstream_api_error
 from dsmlkit.server.errors import UpstreamError
-from dsmlkit.server.event_stream import CancelOnDisconnect, EventStream
+from dsmlkit.server.event_stream import CancelOnDisconnect, EventStream, LastText
 from dsmlkit.server.fold import Outcome, Upstream, fold, kinds
 from dsmlkit.server.jsonbody import read_json
 from dsmlkit.server.offload import run_for_body
@@ -144,7 +144,7 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
                     for part in batch:
                         collector.add(part)
         finally:
-            await upstream.finish(record)
+            upstream.finish(record)
         msg = collector.message()
         record.diagnostics |= kinds(response_diagnostics(msg, req))  # see kinds
         ended = replace(started, usage=outcome.usage, stop_sequence=outcome.stop_sequence)
@@ -269,17 +269,17 @@ async def _stream_body(
         if scope.cancelled_caught:
             err = ApiError.for_status(503, "the server is shutting down; the answer was cut off")
             record.fail("shutdown", err.message)
-            yield "".join(writer.fail(err, record.id))
+            yield LastText("".join(writer.fail(err, record.id)))
             return
         finished = writer.finish(outcome.usage, outcome.stop_sequence)
         if writer.response is not None:
             await remember(writer.response)
-        yield "".join(finished)
         record.diagnostics |= kinds(writer.diagnostics)  # see kinds
+        yield LastText("".join(finished))
     except UpstreamError as exc:
         err = upstream_api_error(exc)
         record.fail(err.type, err.message)
-        yield "".join(writer.fail(err, record.id))
+        yield LastText("".join(writer.fail(err, record.id)))
     except anyio.get_cancelled_exc_class():
         record.fail(*_DISCONNECTED)
         raise
@@ -287,7 +287,7 @@ async def _stream_body(
         LOGGER.exception("request %s: streaming failed", record.id)
         err = ApiError.for_status(500, f"internal error: {type(exc).__name__}")
         record.fail(err.type, str(exc))
-        yield "".join(writer.fail(err, record.id))
+        yield LastText("".join(writer.fail(err, record.id)))
     finally:
         state.close_stream_scope(scope)
 
