@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
@@ -172,10 +172,14 @@ def test_an_upstream_401_is_the_clients_only_for_the_clients_key(
     assert "bad key" in response.json()["error"]["message"]
 
 
-async def _arriving(reads: list[bytes]) -> AsyncIterator[bytes]:
-    """A body that arrives in the given reads."""
-    for read in reads:
-        yield read
+def _arriving(reads: list[bytes]) -> Callable[[], Awaitable[bytes]]:
+    """A body that arrives in the given reads (then ``b""``, its end)."""
+    left = [read for read in reads if read]  # an empty read would say the body ended
+
+    async def read() -> bytes:
+        return left.pop(0) if left else b""
+
+    return read
 
 
 def _nothing_to_close() -> None:

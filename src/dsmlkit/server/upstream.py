@@ -12,7 +12,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -67,17 +67,18 @@ class UpstreamStream:
     headers, then for each read of the body); ``gaps`` holds the gateway's own time per read,
     from its arrival to the next read (or to the end of the stream).
 
-    ``reads`` are the body's reads as they arrive; ``close`` releases the response (its
-    connection goes back to the pool when the body was read to its end, else it is closed).
+    ``read`` returns the body's next read as it arrives (``b""`` at its end); ``close``
+    releases the response (its connection goes back to the pool when the body was read to
+    its end, else it is closed).
     """
 
     def __init__(
         self,
-        reads: AsyncIterator[bytes],
+        read: Callable[[], Awaitable[bytes]],
         close: Callable[[], object],
         sent_at: float,
     ) -> None:
-        self._reads = reads
+        self._read = read
         self._close = close
         self._sent_at = sent_at
         self._ended_at: float | None = None
@@ -99,17 +100,25 @@ class UpstreamStream:
         raise.
         """
         lines = _SseLines()
+        read = self._read
         try:
-            async for block in self._blocks():
+            while True:
+                asked = self._handled()
+                try:
+                    block = await read()
+                finally:
+                    self.waited += time.perf_counter() - asked  # waiting on the upstream
+                if not block:
+                    batch = lines.close()
+                    if batch:
+                        yield batch
+                    break
+                self._arrived = time.perf_counter()
                 batch, done = lines.feed(block)
                 if batch:
                     yield batch
                 if done:
                     break
-            else:
-                batch = lines.close()
-                if batch:
-                    yield batch
             if lines.failure is not None:
                 raise lines.failure  # after the events before it
         except aiohttp.ServerTimeoutError as exc:
@@ -124,20 +133,6 @@ class UpstreamStream:
             raise UpstreamError("broken", f"the upstream stream broke off: {_reason(exc)}") from exc
         finally:
             self._ended_at = self._handled()
-
-    async def _blocks(self) -> AsyncIterator[bytes]:
-        """The body's bytes as they are read; ``waited`` counts the time spent waiting."""
-        reads = self._reads
-        while True:
-            asked = self._handled()
-            try:
-                block = await reads.__anext__()
-            except StopAsyncIteration:
-                return
-            finally:
-                self.waited += time.perf_counter() - asked
-            self._arrived = time.perf_counter()
-            yield block
 
     def _handled(self) -> float:
         """Now; the read that arrived last is handled (its gap is noted once)."""
@@ -373,7 +368,7 @@ class UpstreamClient:
                 "malformed",
                 f"the upstream answered {content_type or 'no content type'}, not an event stream",
             )
-        return UpstreamStream(response.content.iter_any(), response.release, sent_at)
+        return UpstreamStream(response.content.readany, response.release, sent_at)
 
     async def get_json(self, url: str, api_key: str | None, body: Any = None) -> Any:
         """GET (or, with ``body``, POST) ``url`` and decode its JSON answer, within the
