@@ -22,6 +22,7 @@ line, headers and a ``Content-Length`` body; keep-alive unless the client says `
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import signal
 import socket
@@ -47,6 +48,8 @@ class RawEngine:
         self.chunks = 0  # SSE events sent, [DONE] not counted
 
     def run(self, sock: socket.socket, backlog: int) -> None:
+        gc.collect()
+        gc.freeze()  # as serving engines do once loaded: collections skip the start-up heap
         asyncio.run(self._serve(sock, backlog))
 
     async def _serve(self, sock: socket.socket, backlog: int) -> None:
