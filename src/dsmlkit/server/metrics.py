@@ -16,7 +16,7 @@ no gauges, so no process has to be marked dead.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -50,11 +50,16 @@ OVERHEAD_BUCKETS = (
 )
 
 
+#: A metric with labels (its children are of the same type).
+_Labelled = TypeVar("_Labelled", Counter, Histogram)
+
+
 class Metrics:
     """Every metric the server exports."""
 
     def __init__(self) -> None:
         self._multiprocess = MULTIPROC_ENV in os.environ
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._registry = registry = CollectorRegistry()
         self.requests = Counter(
             "dsmlkit_requests_total",
@@ -118,27 +123,36 @@ class Metrics:
 
     def record(self, record: RequestRecord) -> None:
         """Account for one finished request."""
-        route = record.route
-        self.requests.labels(route, str(record.status)).inc()
+        route, child = record.route, self._child
+        child(self.requests, route, str(record.status)).inc()
         if record.error_type is not None:
-            self.errors.labels(route, record.error_type).inc()
+            child(self.errors, route, record.error_type).inc()
         for kind, count in record.diagnostics.items():
-            self.diagnostics.labels(kind).inc(count)
+            child(self.diagnostics, kind).inc(count)
         if record.prompt_tokens is not None:
-            self.tokens.labels("prompt").inc(record.prompt_tokens)
+            child(self.tokens, "prompt").inc(record.prompt_tokens)
         if record.completion_tokens is not None:
-            self.tokens.labels("completion").inc(record.completion_tokens)
-        self.duration.labels(route).observe(record.duration)
+            child(self.tokens, "completion").inc(record.completion_tokens)
+        child(self.duration, route).observe(record.duration)
         if record.parsed:
             self.parse_time.observe(record.parse_seconds)
         if record.upstream_seconds is not None:
             self.upstream_time.observe(record.upstream_seconds)
         if record.overhead is not None:
-            self.overhead.labels(route).observe(record.overhead)
+            child(self.overhead, route).observe(record.overhead)
         if record.chunk_overheads:
-            per_chunk = self.chunk_overhead.labels(route)
+            per_chunk = child(self.chunk_overhead, route)
             for seconds in record.chunk_overheads:
                 per_chunk.observe(seconds)
+
+    def _child(self, metric: _Labelled, *labels: str) -> _Labelled:
+        """``metric.labels(*labels)``, looked up once per label set (the lookup takes a
+        lock and checks the labels each time; the child it returns is always the same)."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def render(self) -> bytes:
         """The exposition text (:data:`CONTENT_TYPE`): this app's metrics, or in
