@@ -171,3 +171,39 @@ def test_client_disconnect_closes_the_upstream_request(
             return sample in http.get("/metrics").text.splitlines()
 
     assert _wait_for(recorded)
+
+
+@pytest.mark.parametrize(
+    ("path", "broken"),
+    [
+        ("/metrics", "dsmlkit.server.metrics.Metrics.render"),  # a FastAPI route
+        ("/v1/chat/completions", "dsmlkit.server.pipeline.plan_upstream"),  # the gateway's
+    ],
+)
+def test_a_bug_is_a_500_in_the_apis_shape_with_the_request_id(
+    monkeypatch: pytest.MonkeyPatch, path: str, broken: str
+) -> None:
+    """Nothing a client sends should reach a bug; if one is reached anyway, the answer is
+    still the API's error envelope, with the request id to find the log line by."""
+    from fastapi.testclient import TestClient
+
+    from dsmlkit.server import ServerConfig, create_app
+
+    def bug(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(broken, bug)
+    app = create_app(ServerConfig(upstream=closed_port_url(), tokenizer="none"))
+    with TestClient(app, raise_server_exceptions=False) as client:
+        if path == "/metrics":
+            response = client.get(path)
+        else:
+            response = client.post(
+                path, json={"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+            )
+    assert response.status_code == 500
+    assert response.headers["content-type"].startswith("application/json")
+    error = response.json()["error"]
+    assert error["type"] == "api_error"
+    assert "RuntimeError" in error["message"]
+    assert response.headers["x-request-id"].startswith("req_")

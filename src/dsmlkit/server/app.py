@@ -77,6 +77,7 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
         app.include_router(router)
     for kind, handler in _ERROR_HANDLERS.items():
         app.add_exception_handler(kind, handler)
+    app.add_exception_handler(Exception, _bug)  # a bug in one of FastAPI's routes
     routes = frozenset(getattr(r, "path", "") for router in routers for r in router.routes)
     direct = {
         route.path: route.endpoint
@@ -158,6 +159,17 @@ async def _upstream_error(request: Request, exc: Exception) -> JSONResponse:
 async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     return _respond(request, ApiError.for_status(exc.status_code, str(exc.detail)))
+
+
+def _internal_error(exc: Exception) -> ApiError:
+    """The 500 a bug is answered with (the log line has the traceback)."""
+    return ApiError.for_status(500, f"internal error ({type(exc).__name__})")
+
+
+async def _bug(request: Request, exc: Exception) -> JSONResponse:
+    """A bug in a FastAPI route: FastAPI answers with this, then raises it on to the
+    request middleware, which logs it."""
+    return _respond(request, _internal_error(exc))
 
 
 _ERROR_HANDLERS: dict[type[Exception], Callable[[Request, Exception], Awaitable[JSONResponse]]] = {
@@ -242,7 +254,7 @@ class RequestMiddleware:
             LOGGER.exception("request %s failed", record.id)
             record.fail("api_error", f"{type(exc).__name__}: {exc}")
             if not started:
-                err = ApiError.for_status(500, f"internal error ({type(exc).__name__})")
+                err = _internal_error(exc)
                 await error_response(api, err, record.id)(scope, receive, send_with_id)
         finally:
             record.finish()
