@@ -188,13 +188,9 @@ class AnswerTracker:
             elif isinstance(event, ToolCallEnd):
                 self._calls.append(event)
 
-    @property
-    def reasoning(self) -> str:
-        return "".join(self._reasoning)
-
     def calls(self) -> dict[str, ModelCall]:
         """What the model wrote, by call id."""
-        reasoning, content = self.reasoning, "".join(self._content)
+        reasoning, content = "".join(self._reasoning), "".join(self._content)
         return {
             call.id: ModelCall(call.name, call.arguments_json, reasoning, content)
             for call in self._calls

@@ -93,15 +93,11 @@ def render_prompt(state: ServerState, model: ServedModel, req: ChatRequest) -> P
 _BOUND_SLACK = 16
 
 
-def length_bound(prompt: Prompt) -> int:
-    """An upper bound on the text prompt's length in tokens (every token covers a byte)."""
-    return len(prompt.encoded.text.encode()) + _BOUND_SLACK
-
-
 def uncounted_bound(prompt: Prompt) -> int | None:
-    """The text prompt's :func:`length_bound` when it and the request's ``max_tokens``
-    together fit the model's context (then no count can change what is sent), else None."""
-    bound = length_bound(prompt)
+    """An upper bound on the text prompt's length in tokens (every token covers a byte),
+    when it and the request's ``max_tokens`` together fit the model's context (then no
+    count can change what is sent), else None."""
+    bound = len(prompt.encoded.text.encode()) + _BOUND_SLACK
     limit = prompt.model.max_model_len
     fits = limit is None or bound + prompt.req.resolved_max_tokens() <= limit
     return bound if fits else None
