@@ -204,3 +204,60 @@ def test_health_answers_while_a_30_mb_render_runs() -> None:
         worker.join(120)
     assert finished, "the render did not finish"
     assert len([t for t in answered if t < finished[0]]) >= 3  # answered during the render
+
+
+def test_a_client_going_away_closes_the_upstream_request_and_the_stream_ends_cleanly(
+    engine_server: tuple[FakeEngine, str], engine: FakeEngine, v41_tokenizer: str
+) -> None:
+    """Through a real process: a streamed answer ends with its last event and the end of
+    the body; a client that hangs up, streamed or not, has its upstream request closed."""
+    import openai
+
+    # with a long upstream timeout, only the client's going away can end the hangs
+    flags = (
+        "--upstream",
+        engine_server[1],
+        "--tokenizer",
+        v41_tokenizer,
+        "--upstream-timeout",
+        "300",
+    )
+    thinking_off = {"chat_template_kwargs": {"thinking": False}}
+    chat = {"model": "m", "messages": [{"role": "user", "content": "go"}], **thinking_off}
+    with _serve(*flags) as (process, url):
+        engine.push(Reply(text="Hello there."))
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        chunks = list(
+            client.chat.completions.create(
+                model="m",
+                messages=[{"role": "user", "content": "go"}],
+                stream=True,
+                extra_body=thinking_off,
+            )
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == (
+            "Hello there."
+        )
+        assert chunks[-1].choices[0].finish_reason == "stop"
+
+        engine.push(Reply(text="x" * 200, hang_after=3), Reply(text="y" * 200, hang_after=0))
+        with (
+            httpx.Client(base_url=url, timeout=CLIENT_TIMEOUT) as http,
+            http.stream("POST", "/v1/chat/completions", json={**chat, "stream": True}) as r,
+        ):
+            assert next(r.iter_lines())  # the stream runs; now hang up
+        with httpx.Client(base_url=url, timeout=0.5) as http, pytest.raises(httpx.ReadTimeout):
+            http.post("/v1/chat/completions", json=chat)
+        deadline = time.monotonic() + 10
+        while engine.disconnects < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert engine.disconnects == 2
+        metrics = httpx.get(url + "/metrics", timeout=CLIENT_TIMEOUT).text
+        route = "/v1/chat/completions"
+        assert (
+            f'dsmlkit_request_errors_total{{route="{route}",type="client_disconnected"}} 2.0'
+            in (metrics)
+        )
+        code, _, err = _stopped(process, signal.SIGTERM)
+    assert code == 0
+    assert "Traceback" not in err
