@@ -22,7 +22,7 @@ from dsmlkit.api import (
     parse_responses_request,
     responses_response,
 )
-from dsmlkit.api.sse import LONG_STRING
+from dsmlkit.api.sse import LONG_STRING, json_utf8
 from dsmlkit.dialects import V4_1
 from dsmlkit.parse import MessageCollector, ParsedMessage
 from tests.helpers import write_block
@@ -102,3 +102,22 @@ def test_json_body_keeps_what_is_not_its_own() -> None:
     expected = {**body, "raw": {"a": [1, 2.5, None]}}
     assert json.loads(json_body(body)) == expected
     assert json_body({"a": "b"}) == b'{"a":"b"}'
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(
+        st.sampled_from(['"', "\\", "\n", "\t", "\x00", "\x1f", "\x7f", "é", "🚀", "a", " "]),
+        max_size=60,
+    )
+    | st.text(st.characters(exclude_categories=("Cs",)), max_size=60)
+)
+def test_a_long_string_is_written_as_the_c_escape_writes_it(text: str) -> None:
+    """Byte-equal to ``json.dumps``: without control characters (the ``bytes.replace``
+    path) as the escape that keeps non-ASCII, with them as the C escape chosen by the text
+    (the ASCII one writes DEL as ``\\u007f``)."""
+    has_control = any(c < " " for c in text)
+    expected = json.dumps(text, ensure_ascii=has_control and text.isascii()).encode()
+    assert json_utf8(text) == expected
+    long = text * (LONG_STRING // max(len(text), 1) + 1)
+    assert json_body({"v": long}) == b'{"v":' + json_utf8(long) + b"}"

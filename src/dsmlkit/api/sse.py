@@ -6,7 +6,7 @@ delta). :class:`TextFrames` serialises such a frame once per shape and afterward
 escapes the text, so a streamed delta costs one string escape and one concatenation.
 
 A non-streamed body is small but for its model output: :func:`json_body` writes the long
-strings apart (escaped once, by the faster escape that fits them) and embeds
+strings apart (escaped once, by the cheapest escape that fits them) and embeds
 :class:`RawJSON` values (argument JSON the parser already wrote) as they are.
 """
 
@@ -44,39 +44,56 @@ class RawJSON:
         self.text = text
 
 
-def json_text(text: str) -> str:
-    """``text`` as one JSON string, the bytes of :data:`json_string`: an ASCII text by
-    the ASCII escape (about twice as fast on code), any other by :data:`json_string`."""
-    return encode_basestring_ascii(text) if text.isascii() else encode_basestring(text)
+#: The characters JSON escapes besides the quote and the backslash (as bytes).
+_CONTROLS = bytes(range(0x20))
+
+
+def json_utf8(text: str) -> bytes:
+    """``text`` as one JSON string in UTF-8: the bytes of :data:`json_string`, but that
+    DEL may come as ``\\u007f``.
+
+    A text without control characters (argument JSON, prose on one line) needs only its
+    quotes and backslashes escaped, which ``bytes.replace`` on its UTF-8 does faster than
+    the C escape (100 KB of argument JSON, the check included: 130 against 206 µs). Any
+    other text goes through the C escape, the ASCII one for an ASCII text (about twice as
+    fast on code).
+    """
+    data = text.encode()
+    if b"\n" not in data and len(data.translate(None, _CONTROLS)) == len(data):
+        return b'"' + data.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
+    escaped = encode_basestring_ascii(text) if text.isascii() else encode_basestring(text)
+    return escaped.encode()
 
 
 def json_body(body: Any) -> bytes:
     """``body`` as compact UTF-8 JSON, JSON-equal to ``json.dumps(body)`` (what a
     ``JSONResponse`` writes) but written once: strings of :data:`LONG_STRING` characters or more
-    are escaped apart by :func:`json_text`, :class:`RawJSON` values are embedded as they
+    are escaped apart by :func:`json_utf8`, :class:`RawJSON` values are embedded as they
     are, and the rest (small) goes through ``json.dumps``."""
-    pieces: dict[str, str] = {}
+    pieces: dict[str, bytes] = {}
     skeleton = _compact(_marked(body, pieces))
     if not pieces:
         return skeleton.encode()
     # Only the skeleton is searched for markers: the pieces are inserted, never scanned.
     parts = _MARKER.split(skeleton)
+    written = [parts[0].encode()]
     for at in range(1, len(parts), 2):
         marker = parts[at]
-        parts[at] = pieces.get(marker, f'"dsmlkit-{marker}"')
-    return "".join(parts).encode()
+        written.append(pieces.get(marker) or f'"dsmlkit-{marker}"'.encode())
+        written.append(parts[at + 1].encode())
+    return b"".join(written)
 
 
-def _marked(value: Any, pieces: dict[str, str]) -> Any:
+def _marked(value: Any, pieces: dict[str, bytes]) -> Any:
     """``value`` with a marker string in place of each long string and raw JSON (their
     JSON text in ``pieces``); containers without either are returned as they are."""
     kind = type(value)
     if kind is str:
         if len(value) < LONG_STRING:
             return value
-        return _piece(json_text(value), pieces)
+        return _piece(json_utf8(value), pieces)
     if kind is RawJSON:
-        return _piece(value.text, pieces)
+        return _piece(value.text.encode(), pieces)
     if kind is dict or kind is list:
         # copied on the first change only: most of a body is small and stays as it is
         copied: Any = None
@@ -95,7 +112,7 @@ def _marked(value: Any, pieces: dict[str, str]) -> Any:
 _PLAIN = frozenset((int, float, bool, type(None)))
 
 
-def _piece(text: str, pieces: dict[str, str]) -> str:
+def _piece(text: bytes, pieces: dict[str, bytes]) -> str:
     marker = secrets.token_hex(16)
     pieces[marker] = text
     return f"dsmlkit-{marker}"
