@@ -139,6 +139,7 @@ def test_a_tool_call_id_must_match_a_call() -> None:
     ("options", "param", "words"),
     [
         ({"dialect": "v5"}, "dialect", "unknown dialect"),
+        ({"dialect": 5}, "dialect", "unknown dialect 5"),
         ({"mode": "fast"}, "mode", "thinking or chat"),
         ({"tool_reference": "inline"}, "tool_reference", "name or schema"),
         (

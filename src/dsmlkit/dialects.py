@@ -388,13 +388,10 @@ def get_dialect(name: str | Dialect) -> Dialect:
     """
     if isinstance(name, Dialect):
         return name
-    key = name.strip().lower()
-    key = DIALECT_ALIASES.get(key, key)
-    try:
-        return DIALECTS[key]
-    except KeyError:
+    key = name.strip().lower() if isinstance(name, str) else None
+    dialect = DIALECTS.get(DIALECT_ALIASES.get(key, key)) if key is not None else None
+    if dialect is None:
         known = ", ".join(DIALECTS)
         aliases = ", ".join(DIALECT_ALIASES)
-        raise CallerError(
-            f"unknown dialect {name!r}; use one of: {known} (or an alias: {aliases})"
-        ) from None
+        raise CallerError(f"unknown dialect {name!r}; use one of: {known} (or an alias: {aliases})")
+    return dialect
