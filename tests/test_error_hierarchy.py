@@ -44,6 +44,12 @@ def _modules() -> list[str]:
     return names
 
 
+def _source(name: str) -> Path:
+    """The module's source file (a compiled module's ``__file__`` is its extension)."""
+    path = SOURCE.parent.joinpath(*name.split("."))
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
 def _dotted(node: ast.expr) -> bool:
     """``X`` or ``a.b.X``: a name that can be looked up in the module."""
     while isinstance(node, ast.Attribute):
@@ -66,7 +72,7 @@ def _raised(tree: ast.AST) -> list[tuple[int, ast.expr]]:
 @pytest.mark.parametrize("name", _modules())
 def test_every_raise_is_a_dsmlkit_error(name: str) -> None:
     module = importlib.import_module(name)
-    path = Path(str(module.__file__))
+    path = _source(name)
     wrong = []
     for line, target in _raised(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(target, ast.Name) and target.id in PRIVATE:

@@ -182,8 +182,8 @@ class RenderOptions:
 
 
 def render(
-    messages: list[dict[str, Any]],
-    tools: list[dict[str, Any]] | None = None,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
     *,
     dialect: str | Dialect = "v4.1",
     mode: str = "thinking",
@@ -194,7 +194,7 @@ def render(
     add_generation_prompt: bool = True,
     continue_final_message: bool = False,
     tool_reference: str = "name",
-    response_format: dict[str, Any] | None = None,
+    response_format: Mapping[str, Any] | None = None,
     template_variant: str | None = None,
     cache: RenderCache | None = None,
 ) -> RenderResult:
