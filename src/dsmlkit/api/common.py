@@ -120,6 +120,18 @@ class ChatRequest:
         )
 
     @property
+    def requires_call(self) -> bool:
+        """``tool_choice`` is ``required`` or names a function, and there are tools."""
+        return bool(self.conversation.tools) and self.conversation.tool_choice.mode == "required"
+
+    @property
+    def one_call_only(self) -> bool:
+        """``parallel_tool_calls`` is false on a request that may call tools."""
+        conversation = self.conversation
+        may_call = bool(conversation.tools) and conversation.tool_choice.mode != "none"
+        return may_call and not self.parallel_tool_calls
+
+    @property
     def stop_sequences(self) -> tuple[str, ...]:
         """The client's stop strings."""
         return tuple(self.sampling.get("stop", ()))

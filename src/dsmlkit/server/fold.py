@@ -3,8 +3,10 @@ streams back into the parser events the client's answer is written from.
 
 Upstream failures raise :class:`~dsmlkit.errors.UpstreamError` (the pipeline answers them
 in the client's API shape: a status before the stream starts, an error event after). What
-reaches the client passes a :class:`~.forced.CallGate`; what the model wrote is
-remembered under its call ids before the last events go out.
+reaches the client passes a :class:`CallGate`, which enforces ``tool_choice`` and
+``parallel_tool_calls`` whatever the engine wrote (the plan stage's part of forcing a call
+is :mod:`.forced`); what the model wrote is remembered under its call ids before the last
+events go out.
 """
 
 from __future__ import annotations
@@ -12,14 +14,22 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from dsmlkit.api import Usage
-from dsmlkit.parse import ContentDelta, Diagnostic, Event, OutputEnd, ReasoningDelta, ToolCallEnd
+from dsmlkit.api import ChatRequest, Usage
+from dsmlkit.parse import (
+    ArgumentsDelta,
+    ContentDelta,
+    Diagnostic,
+    Event,
+    OutputEnd,
+    ReasoningDelta,
+    ToolCallEnd,
+    ToolCallStart,
+)
 from dsmlkit.server.errors import UpstreamError
-from dsmlkit.server.forced import HELD_BACK, CallGate, cut_ending, missing_call
 from dsmlkit.server.model_turns import Digests, ModelCall
 from dsmlkit.server.plan import UpstreamPlan
 from dsmlkit.server.reasoning_store import ReasoningMemory
@@ -241,3 +251,104 @@ def _usage(usage: Mapping[str, Any]) -> Usage:
     return Usage(
         count(usage.get("prompt_tokens")), count(usage.get("completion_tokens")), count(cached)
     )
+
+
+# --- the gate: what of the answer may reach the client -----------------------------
+
+
+#: Said when ``parallel_tool_calls: false`` cut further calls from an answer.
+CUT_DIAGNOSTIC = Diagnostic(
+    "parallel_tool_calls_cut",
+    "parallel_tool_calls is false: the answer was cut before its second call",
+)
+#: The kind of the diagnostic that stands for a call ``tool_choice`` kept from the client.
+HELD_BACK = "tool_call_held_back"
+
+
+class CallGate:
+    """The calls of one answer that may reach the client, enforced on the parser's events.
+
+    * ``tool_choice`` ``none`` (on a request with tools) lets no call through; a named
+      function only calls to that function. A call held back is taken out whole (start,
+      argument fragments, end) and stands as one :data:`HELD_BACK` diagnostic naming it,
+      whose ``text`` is the arguments as the model wrote them: kept, not dropped.
+    * ``parallel_tool_calls: false``: :meth:`feed` stops before a second call that would
+      pass and says so (the caller closes the upstream and ends with :func:`cut_ending`).
+    * Calls that pass are numbered 0, 1, … again; an answer whose calls were all held back
+      finishes ``stop``, not ``tool_calls``.
+    """
+
+    def __init__(self, req: ChatRequest) -> None:
+        choice = req.conversation.tool_choice
+        self._none = bool(req.conversation.tools) and choice.mode == "none"
+        self._only = choice.name
+        self._one_call = req.one_call_only
+        self._passing: dict[int, int] = {}  # parser index → client index, of calls let through
+        self._held: dict[int, tuple[str, list[str]]] = {}  # parser index → name, fragments
+        #: Calls let through so far, and the names of those held back.
+        self.passed = 0
+        self.held_back: list[str] = []
+
+    def feed(self, events: Sequence[Event]) -> tuple[list[Event], bool]:
+        """``(the events the client may see, whether the answer is cut here)``."""
+        out: list[Event] = []
+        for event in events:
+            if isinstance(event, ToolCallStart):
+                if not self._allowed(event.name):
+                    self._held[event.index] = (event.name, [])
+                    self.held_back.append(event.name)
+                    continue
+                if self._one_call and self.passed:
+                    return out, True
+                self._passing[event.index] = self.passed
+                self.passed += 1
+            elif isinstance(event, ArgumentsDelta) and event.index in self._held:
+                self._held[event.index][1].append(event.text)
+                continue
+            elif isinstance(event, ToolCallEnd) and event.index in self._held:
+                out.append(self._diagnostic(event.index))
+                continue
+            elif isinstance(event, OutputEnd):
+                out += [self._diagnostic(index) for index in list(self._held)]  # cut off
+                if event.finish_reason == "tool_calls" and not self.passed:
+                    event = OutputEnd("stop")
+            if isinstance(event, (ToolCallStart, ArgumentsDelta, ToolCallEnd)):
+                index = self._passing[event.index]
+                if index != event.index:  # only after a call was held back
+                    event = replace(event, index=index)
+            out.append(event)
+        return out, False
+
+    def _allowed(self, name: str) -> bool:
+        return not self._none and self._only in (None, name)
+
+    def _diagnostic(self, index: int) -> Diagnostic:
+        name, fragments = self._held.pop(index)
+        rule = "is none" if self._none else f"names {self._only!r}"
+        return Diagnostic(
+            HELD_BACK,
+            f"tool_choice {rule}: the model's call to {name!r} was held back from the client",
+            "".join(fragments),
+        )
+
+
+def missing_call(req: ChatRequest, gate: CallGate, finish: str, fell_back: bool) -> str | None:
+    """Why an answer cannot go out: ``tool_choice`` requires a call and none reached the
+    client (None: it can). An answer cut off by its length limit goes out as cut off."""
+    if not req.requires_call or gate.passed or finish == "length":
+        return None
+    held = f" (held back: {', '.join(gate.held_back)})" if gate.held_back else ""
+    if fell_back:
+        return (
+            "the upstream rejects a forced tool_choice in thinking mode (it answered 400); "
+            f"asked again with tool_choice auto, the model made no call{held}"
+        )
+    name = req.conversation.tool_choice.name
+    wanted = "is required" if name is None else f"names {name!r}"
+    made = "no call" if name is None else "no call to it"
+    return f"tool_choice {wanted} but the model made {made}{held}"
+
+
+def cut_ending() -> list[Event]:
+    """The close of an answer cut after its first call."""
+    return [CUT_DIAGNOSTIC, OutputEnd("tool_calls")]

@@ -17,28 +17,21 @@ Completions mode (:class:`CompletionsAnswer`, the gateway writes the prompt):
 Chat mode (``--upstream-api chat``) forwards the request's own ``tool_choice``; see
 :func:`chat_fallback_body` for endpoints that reject forced choices in thinking mode.
 
-In both modes, and for every API, :class:`CallGate` then enforces the choice on what
-reaches the client, whatever the engine wrote: ``none`` lets no call through, a named
-function only calls to it, ``parallel_tool_calls: false`` only the first call; a call held
-back becomes a diagnostic. :func:`missing_call` says when an answer that had to call
-cannot go out.
+This is the plan stage's part. In both modes, and for every API, the fold stage then
+enforces the choice on what reaches the client, whatever the engine wrote
+(:class:`~.fold.CallGate`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any
 
 from dsmlkit.api import ChatRequest
 from dsmlkit.dialects import MARKER, THINK_CLOSE, Dialect
 from dsmlkit.parse import (
-    ArgumentsDelta,
-    Diagnostic,
     Event,
-    OutputEnd,
     ReasoningEnd,
-    ToolCallEnd,
     ToolCallStart,
 )
 from dsmlkit.render import RenderResult
@@ -51,22 +44,6 @@ BodyMaker = Callable[[Prompt, Sequence[str]], dict[str, Any]]
 #: ``resume(finish, stop_reason, completion_tokens)`` after an upstream stream ends: events
 #: to add and the next upstream body (None: the answer is complete).
 Resume = Callable[[str, str | None, int], tuple[list[Event], dict[str, Any] | None]]
-
-
-def requires_call(req: ChatRequest) -> bool:
-    """``tool_choice`` is ``required`` or names a function (and there are tools)."""
-    return bool(req.conversation.tools) and req.conversation.tool_choice.mode == "required"
-
-
-def forced_name(req: ChatRequest) -> str | None:
-    """The function ``tool_choice`` names, if it names one."""
-    return req.conversation.tool_choice.name
-
-
-def one_call_only(req: ChatRequest) -> bool:
-    """``parallel_tool_calls`` is false on a request that may call tools."""
-    may_call = bool(req.conversation.tools) and req.conversation.tool_choice.mode != "none"
-    return may_call and not req.parallel_tool_calls
 
 
 def call_opener(dialect: Dialect, name: str | None) -> tuple[Piece, ...]:
@@ -104,8 +81,9 @@ class CompletionsAnswer:
         self._dialect = req.render.dialect
         self._tokenizer = tokenizer
         self._make_body = make_body
-        self._one_call = one_call_only(req)
-        self._opener = call_opener(self._dialect, forced_name(req)) if requires_call(req) else ()
+        self._one_call = req.one_call_only
+        name = req.conversation.tool_choice.name
+        self._opener = call_opener(self._dialect, name) if req.requires_call else ()
         starts_in = result.output_starts_in
         self.parser = req.output_parser(result)
         self._fed: list[str] = []  # all text given to the parser (kept when one call only)
@@ -197,10 +175,10 @@ def chat_fallback_body(req: ChatRequest, body: dict[str, Any]) -> dict[str, Any]
     function only that tool is offered. None when the request forces nothing or does not
     think (then a 400 is the request's own problem).
     """
-    if not (requires_call(req) and req.render.thinking):
+    if not (req.requires_call and req.render.thinking):
         return None
     retry = {**body, "tool_choice": "auto"}
-    name = forced_name(req)
+    name = req.conversation.tool_choice.name
     if name is not None and isinstance(body.get("tools"), list):
         retry["tools"] = [
             tool
@@ -208,101 +186,3 @@ def chat_fallback_body(req: ChatRequest, body: dict[str, Any]) -> dict[str, Any]
             if isinstance(tool, dict) and (tool.get("function") or {}).get("name") == name
         ]
     return retry
-
-
-#: Said when ``parallel_tool_calls: false`` cut further calls from an answer.
-CUT_DIAGNOSTIC = Diagnostic(
-    "parallel_tool_calls_cut",
-    "parallel_tool_calls is false: the answer was cut before its second call",
-)
-#: The kind of the diagnostic that stands for a call ``tool_choice`` kept from the client.
-HELD_BACK = "tool_call_held_back"
-
-
-class CallGate:
-    """The calls of one answer that may reach the client, enforced on the parser's events.
-
-    * ``tool_choice`` ``none`` (on a request with tools) lets no call through; a named
-      function only calls to that function. A call held back is taken out whole (start,
-      argument fragments, end) and stands as one :data:`HELD_BACK` diagnostic naming it,
-      whose ``text`` is the arguments as the model wrote them: kept, not dropped.
-    * ``parallel_tool_calls: false``: :meth:`feed` stops before a second call that would
-      pass and says so (the caller closes the upstream and ends with :func:`cut_ending`).
-    * Calls that pass are numbered 0, 1, … again; an answer whose calls were all held back
-      finishes ``stop``, not ``tool_calls``.
-    """
-
-    def __init__(self, req: ChatRequest) -> None:
-        choice = req.conversation.tool_choice
-        self._none = bool(req.conversation.tools) and choice.mode == "none"
-        self._only = choice.name
-        self._one_call = one_call_only(req)
-        self._passing: dict[int, int] = {}  # parser index → client index, of calls let through
-        self._held: dict[int, tuple[str, list[str]]] = {}  # parser index → name, fragments
-        #: Calls let through so far, and the names of those held back.
-        self.passed = 0
-        self.held_back: list[str] = []
-
-    def feed(self, events: Sequence[Event]) -> tuple[list[Event], bool]:
-        """``(the events the client may see, whether the answer is cut here)``."""
-        out: list[Event] = []
-        for event in events:
-            if isinstance(event, ToolCallStart):
-                if not self._allowed(event.name):
-                    self._held[event.index] = (event.name, [])
-                    self.held_back.append(event.name)
-                    continue
-                if self._one_call and self.passed:
-                    return out, True
-                self._passing[event.index] = self.passed
-                self.passed += 1
-            elif isinstance(event, ArgumentsDelta) and event.index in self._held:
-                self._held[event.index][1].append(event.text)
-                continue
-            elif isinstance(event, ToolCallEnd) and event.index in self._held:
-                out.append(self._diagnostic(event.index))
-                continue
-            elif isinstance(event, OutputEnd):
-                out += [self._diagnostic(index) for index in list(self._held)]  # cut off
-                if event.finish_reason == "tool_calls" and not self.passed:
-                    event = OutputEnd("stop")
-            if isinstance(event, (ToolCallStart, ArgumentsDelta, ToolCallEnd)):
-                index = self._passing[event.index]
-                if index != event.index:  # only after a call was held back
-                    event = replace(event, index=index)
-            out.append(event)
-        return out, False
-
-    def _allowed(self, name: str) -> bool:
-        return not self._none and self._only in (None, name)
-
-    def _diagnostic(self, index: int) -> Diagnostic:
-        name, fragments = self._held.pop(index)
-        rule = "is none" if self._none else f"names {self._only!r}"
-        return Diagnostic(
-            HELD_BACK,
-            f"tool_choice {rule}: the model's call to {name!r} was held back from the client",
-            "".join(fragments),
-        )
-
-
-def missing_call(req: ChatRequest, gate: CallGate, finish: str, fell_back: bool) -> str | None:
-    """Why an answer cannot go out: ``tool_choice`` requires a call and none reached the
-    client (None: it can). An answer cut off by its length limit goes out as cut off."""
-    if not requires_call(req) or gate.passed or finish == "length":
-        return None
-    held = f" (held back: {', '.join(gate.held_back)})" if gate.held_back else ""
-    if fell_back:
-        return (
-            "the upstream rejects a forced tool_choice in thinking mode (it answered 400); "
-            f"asked again with tool_choice auto, the model made no call{held}"
-        )
-    name = forced_name(req)
-    wanted = "is required" if name is None else f"names {name!r}"
-    made = "no call" if name is None else "no call to it"
-    return f"tool_choice {wanted} but the model made {made}{held}"
-
-
-def cut_ending() -> list[Event]:
-    """The close of an answer cut after its first call."""
-    return [CUT_DIAGNOSTIC, OutputEnd("tool_calls")]

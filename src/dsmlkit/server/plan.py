@@ -131,7 +131,7 @@ class UpstreamPlan:
     Forced calls (:mod:`.forced`): ``opening`` are events of text the gateway wrote into the
     answer itself; ``resume`` says after each upstream stream what follows (events, and
     the next upstream body or None); ``fallback_body`` is retried once when the upstream
-    answers 400. What reaches the client passes a :class:`~.forced.CallGate` in every mode.
+    answers 400. What reaches the client passes a :class:`~.fold.CallGate` in every mode.
     """
 
     req: ChatRequest
