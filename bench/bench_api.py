@@ -31,6 +31,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from dsmlkit.api import (
 from dsmlkit.api.responses import ResponsesStream, parse_responses_request
 from dsmlkit.dialects import get_dialect
 from dsmlkit.parse import MessageCollector, StartIn
-from dsmlkit.render import RenderCache, render, render_conversation
+from dsmlkit.render import RenderCache, render, render_conversation, renderer
 from dsmlkit.render.tokens import (
     MissingTokenWarning,
     PromptTokenizer,
@@ -541,7 +542,13 @@ def main() -> None:
     ap.add_argument("--peers", action="store_true", help="also run deepseek-recipe")
     ap.add_argument("--repeats", type=int, default=7)
     args = ap.parse_args()
-    print(f"dsmlkit API benchmark — V4.1, 4-character deltas, CPU time, best of {args.repeats}")
+    where = renderer.__file__ or ""
+    compiled = where.endswith(tuple(EXTENSION_SUFFIXES))
+    build = "render modules compiled" if compiled else "pure Python"
+    print(
+        f"dsmlkit API benchmark — V4.1, 4-character deltas, CPU time, best of {args.repeats}; "
+        f"dsmlkit {build} ({Path(where).parent.parent})"
+    )
 
     streams = stream_cases()
     wholes = whole_cases()
