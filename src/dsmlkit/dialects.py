@@ -388,10 +388,11 @@ def get_dialect(name: str | Dialect) -> Dialect:
     """
     if isinstance(name, Dialect):
         return name
-    key = name.strip().lower() if isinstance(name, str) else None
-    dialect = DIALECTS.get(DIALECT_ALIASES.get(key, key)) if key is not None else None
-    if dialect is None:
-        known = ", ".join(DIALECTS)
-        aliases = ", ".join(DIALECT_ALIASES)
-        raise CallerError(f"unknown dialect {name!r}; use one of: {known} (or an alias: {aliases})")
-    return dialect
+    if isinstance(name, str):
+        key = name.strip().lower()
+        dialect = DIALECTS.get(DIALECT_ALIASES.get(key, key))
+        if dialect is not None:
+            return dialect
+    known = ", ".join(DIALECTS)
+    aliases = ", ".join(DIALECT_ALIASES)
+    raise CallerError(f"unknown dialect {name!r}; use one of: {known} (or an alias: {aliases})")
