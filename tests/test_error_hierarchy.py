@@ -34,20 +34,19 @@ NOT_IMPORTED = {
 }
 
 
-def _modules() -> list[str]:
-    names = []
+def _modules() -> dict[str, Path]:
+    """Each module's name and its source file (read, not ``__file__``: a compiled module's
+    is its extension)."""
+    modules = {}
     for path in sorted(SOURCE.rglob("*.py")):
         parts = path.relative_to(SOURCE.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         if name not in NOT_IMPORTED:
-            names.append(name)
-    return names
+            modules[name] = path
+    return modules
 
 
-def _source(name: str) -> Path:
-    """The module's source file (a compiled module's ``__file__`` is its extension)."""
-    path = SOURCE.parent.joinpath(*name.split("."))
-    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+MODULES = _modules()
 
 
 def _dotted(node: ast.expr) -> bool:
@@ -69,10 +68,10 @@ def _raised(tree: ast.AST) -> list[tuple[int, ast.expr]]:
     return found
 
 
-@pytest.mark.parametrize("name", _modules())
+@pytest.mark.parametrize("name", MODULES)
 def test_every_raise_is_a_dsmlkit_error(name: str) -> None:
     module = importlib.import_module(name)
-    path = _source(name)
+    path = MODULES[name]
     wrong = []
     for line, target in _raised(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(target, ast.Name) and target.id in PRIVATE:
