@@ -245,8 +245,26 @@ def failed(line: str) -> bool:
     return line == "event: error" or line.startswith('data: {"error"')
 
 
-async def run_load(client: httpx.AsyncClient, jobs: list[Job], streams: int) -> Load:
-    """Send ``jobs`` over ``streams`` concurrent workers (all at once if equal)."""
+def new_client(connections: int) -> httpx.AsyncClient:
+    """A client of the benchmark: room for ``connections``, the LiteLLM key on each request."""
+    limits = httpx.Limits(max_connections=connections)
+    headers = {"authorization": f"Bearer {LITELLM_KEY}"}
+    return httpx.AsyncClient(timeout=300, limits=limits, headers=headers)
+
+
+async def run_load(jobs: list[Job], streams: int) -> Load:
+    """Send ``jobs`` over ``streams`` concurrent workers (all at once if equal).
+
+    Each load has a client of its own, so each starts from an empty pool: httpx's pool walks
+    every connection it holds on each request and each release, so the idle connections an
+    earlier phase left behind made a later load's client slower (a second burst of 64 on one
+    client: first chunk p50 about 280 ms, against about 30 ms on a new client).
+    """
+    async with new_client(streams) as client:
+        return await _run_load(client, jobs, streams)
+
+
+async def _run_load(client: httpx.AsyncClient, jobs: list[Job], streams: int) -> Load:
     load = Load()
     queue: list[Job] = list(reversed(jobs))
     open_now = 0
@@ -527,14 +545,12 @@ async def benchmark(args: argparse.Namespace) -> None:
         processes.append(start_litellm(ports["litellm"], urls["engine"], workdir))
     route = "/v1/chat/completions" if args.api == "openai" else "/v1/messages"
     numbers = Numbers()
-    limits = httpx.Limits(max_connections=max(args.streams, args.hold) * 2 + 64)
     try:
         wait_until_up(urls["engine"] + "/health", engine)
         wait_until_up(urls["gateway"] + "/health", processes[1])
         if args.peers:
             wait_until_up(urls["litellm"] + "/health/liveliness", processes[2], 180)
-        headers = {"authorization": f"Bearer {LITELLM_KEY}"}
-        async with httpx.AsyncClient(timeout=300, limits=limits, headers=headers) as client:
+        async with new_client(64) as client:  # renders, engine figures, agent turns
             rendered: dict[tuple[str, int], Job] = {}
 
             async def render(kind: str, numbers_: range) -> None:
@@ -583,7 +599,7 @@ async def benchmark(args: argparse.Namespace) -> None:
                 await agent_conversations(client, args, numbers, urls["gateway"] + route)
             hold = None
             if args.hold:
-                hold = await hold_streams(client, args, numbers, urls, ports)
+                hold = await hold_streams(args, numbers, urls, ports)
     finally:
         for process in processes[1:]:
             process.terminate()
@@ -615,14 +631,14 @@ async def measure(
             await render(kind, taken)
         return [target.job(kind, number) for number in taken]
 
-    await run_load(client, await jobs("Stream", 4), 4)  # warm up
-    await run_load(client, await jobs("Small", 4), 1)
+    await run_load(await jobs("Stream", 4), 4)  # warm up
+    await run_load(await jobs("Small", 4), 1)
     load_before = uptime()
     stream_jobs = await jobs("Stream", args.requests)
     profile = None if direct or args.profile is None else f"{args.profile}.{target.pid}"
     profiler = start_profiler(profile and profile + ".stream", target.pid)
     before, engine_before = cpu_seconds(target.pid), await engine_stats(client, engine_url)
-    stream = await run_load(client, stream_jobs, args.streams)
+    stream = await run_load(stream_jobs, args.streams)
     target.figures["stream_cpu"] = cpu_seconds(target.pid) - before
     engine_after = await engine_stats(client, engine_url)
     if engine_before is not None and engine_after is not None:  # (CPU s, chunks) in the phase
@@ -633,12 +649,12 @@ async def measure(
     small_jobs = await jobs("Small", args.small)
     profiler = start_profiler(profile and profile + ".small", target.pid)
     before = cpu_seconds(target.pid)
-    small = await run_load(client, small_jobs, 1)
+    small = await run_load(small_jobs, 1)
     target.figures.update(small=small, small_cpu=cpu_seconds(target.pid) - before)
     stop_profiler(profiler)
     spreads = []
     for _ in range(5):
-        together = await run_load(client, await jobs("Small", args.together), args.together)
+        together = await run_load(await jobs("Small", args.together), args.together)
         spreads.append(max(together.first_chunk) - min(together.first_chunk))
         target.figures.setdefault("together_lost", []).extend(together.lost)
     target.figures["spread"] = statistics.median(spreads)
@@ -749,7 +765,6 @@ def report_agents(args: argparse.Namespace, seen: list[list[str]]) -> None:
 
 
 async def hold_streams(
-    client: httpx.AsyncClient,
     args: argparse.Namespace,
     numbers: Numbers,
     urls: dict[str, str],
@@ -764,10 +779,10 @@ async def hold_streams(
             (urls["hold"] + route, request_body(args.api, "Held", n), f"Held {n}")
             for n in numbers.take(args.hold + 4)
         ]
-        await run_load(client, jobs[:4], 4)  # both workers warm
+        await run_load(jobs[:4], 4)  # both workers warm
         load_before = uptime()
         before = cpu_seconds(gateway.pid)
-        load = await run_load(client, jobs[4:], args.hold)
+        load = await run_load(jobs[4:], args.hold)
         return load, cpu_seconds(gateway.pid) - before, f"{load_before} → {uptime()}"
     finally:
         gateway.terminate()
