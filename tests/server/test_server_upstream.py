@@ -229,6 +229,28 @@ def test_an_event_that_is_not_utf8_is_read_with_replacement_characters() -> None
     assert _payloads([body]) == [{"choices": [{"index": 0, "text": "a\ufffdb"}]}]
 
 
+def test_lone_surrogate_escapes_are_read_as_replacement_characters() -> None:
+    # JSON may escape a UTF-16 surrogate alone; it is not text, and no answer can carry it
+    body = b'data: {"choices": [{"index": 0, "text": "a\\ud800b\\udfff", "\\udc00": 1}]}\n\n'
+    pair = b'data: {"choices": [{"index": 0, "text": "\\ud83d\\ude00"}]}\n\n'
+    assert _payloads([body + pair]) == [
+        {"choices": [{"index": 0, "text": "a\ufffdb\ufffd", "\ufffd": 1}]},
+        {"choices": [{"index": 0, "text": "\U0001f600"}]},
+    ]
+
+
+def test_a_lone_surrogate_in_the_output_reaches_the_client_as_a_replacement() -> None:
+    stream = _chunk("hi \ud800 there") + _chunk("", "stop")  # json.dumps escapes it
+    with _client(stream.encode()) as client:
+        plain = _ask(client)
+        streamed = client.post("/v1/messages", json={**CHAT, "max_tokens": 5, "stream": True})
+    assert plain.status_code == 200
+    assert plain.json()["choices"][0]["message"]["content"] == "hi \ufffd there"
+    assert streamed.status_code == 200
+    assert "hi \ufffd there" in streamed.text
+    assert "event: message_stop" in streamed.text
+
+
 def test_chunks_the_fast_decoder_refuses_are_read_by_the_standard_one() -> None:
     big, nan = {"choices": [], "n": 2**70}, b'data: {"choices": [], "x": NaN}\n\n'
     body = b"data: " + json.dumps(big).encode() + b"\n\n" + nan

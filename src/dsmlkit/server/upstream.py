@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -30,6 +31,8 @@ JSON = "application/json"
 _KEEPALIVE_SECONDS = 4.0
 #: How much of an upstream error body is read to quote its message.
 _ERROR_BODY_LIMIT = 64 * 1024
+#: A UTF-16 surrogate alone in a decoded string (the standard decoder joins a valid pair).
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def error_message(body: bytes) -> str:
@@ -265,11 +268,27 @@ def _decode_chunk(data: bytes) -> dict[str, Any]:
 def _json_of(data: bytes) -> Any:
     """``data`` decoded by orjson (a fifth of the standard decoder's time on a chunk), or
     for what orjson refuses (bytes that are not UTF-8, ``NaN``, integers past 64 bits, very
-    deep nesting) by the standard decoder, whose rules then decide."""
+    deep nesting, lone surrogate escapes) by the standard decoder, whose rules then decide;
+    a lone surrogate it lets through (``"\\ud800"``: not text, and no answer could be
+    encoded with it) is read as U+FFFD, as bytes that are not UTF-8 are."""
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
-        return json.loads(data)
+        return _without_lone_surrogates(json.loads(data))
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """``value`` with each lone surrogate in its strings (keys too) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {
+            _without_lone_surrogates(key): _without_lone_surrogates(item)
+            for key, item in value.items()
+        }
+    return value
 
 
 def _json_body(value: Any) -> bytes:
