@@ -3,13 +3,13 @@
 Processes on loopback: the engine (``--engine raw``, the default: bench/raw_engine.py, SSE
 written on raw asyncio, which reports its own CPU per chunk; ``--engine asgi``: the fake
 engine of tests/server/fake_engine.py under uvicorn), in a subprocess of this script, the
-gateway (``python -m dsmlkit serve --upstream …``), with ``--peers`` the LiteLLM
-proxy in front of the same engine, and the clients (here, asyncio + httpx). Every engine
-chunk that carries visible text is tagged ``~NNNN``; the engine notes when it sends each
-tag, the client when it receives the event holding it, so each chunk's engine→client
-latency is known. Each load is first sent straight to the engine (the baseline), then
-through each gateway; "added latency" is the difference. CPU time comes from /proc (a
-process and its children, so ``--workers`` and LiteLLM's workers count).
+gateway (``python -m dsmlkit serve --upstream …``), with ``--peers`` the LiteLLM proxy in
+front of the same engine, and the clients (asyncio + httpx, a new client for each load).
+Every engine chunk that carries visible text is tagged ``~NNNN``; the engine notes when it
+sends each tag, the client when it receives the event holding it, so each chunk's
+engine→client latency is known. Each load is first sent straight to the engine (the
+baseline), then through each gateway; "added latency" is the difference. CPU time comes
+from /proc (a process and its children, so ``--workers`` and LiteLLM's workers count).
 
 Phases, each a fixed amount of work (the script stops by itself and prints its figures):
 
