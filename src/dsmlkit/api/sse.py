@@ -20,6 +20,7 @@ from json.encoder import encode_basestring, encode_basestring_ascii
 from typing import Any, Generic, TypeVar
 
 from dsmlkit.errors import CallerError
+from dsmlkit.parse.arguments import escaped_utf8
 
 Key = TypeVar("Key", bound=Hashable)
 
@@ -44,25 +45,22 @@ class RawJSON:
         self.text = text
 
 
-#: The characters JSON escapes besides the quote and the backslash (as bytes).
-_CONTROLS = bytes(range(0x20))
-
-
 def json_utf8(text: str) -> bytes:
     """``text`` as one JSON string in UTF-8: the bytes of :data:`json_string`, but that
     DEL may come as ``\\u007f``.
 
-    A text without control characters (argument JSON, prose on one line) needs only its
-    quotes and backslashes escaped, which ``bytes.replace`` on its UTF-8 does faster than
-    the C escape (100 KB of argument JSON, the check included: 130 against 206 µs). Any
-    other text goes through the C escape, the ASCII one for an ASCII text (about twice as
-    fast on code).
+    A text whose only control characters are tab, newline and carriage return (argument
+    JSON, code, prose) is escaped by :func:`~dsmlkit.parse.arguments.escaped_utf8`, faster
+    than the C escape (100 KB of argument JSON, the check included: about 110 against
+    175 µs). Any other text goes through the C escape, the ASCII one for an ASCII text
+    (about twice as fast on code).
     """
     data = text.encode()
-    if b"\n" not in data and len(data.translate(None, _CONTROLS)) == len(data):
-        return b'"' + data.replace(b"\\", b"\\\\").replace(b'"', b'\\"') + b'"'
-    escaped = encode_basestring_ascii(text) if text.isascii() else encode_basestring(text)
-    return escaped.encode()
+    escaped = escaped_utf8(data)
+    if escaped is not None:
+        return b"".join((b'"', escaped, b'"'))  # one copy: two ``+`` took 60 µs more on 100 KB
+    written = encode_basestring_ascii(text) if text.isascii() else encode_basestring(text)
+    return written.encode()
 
 
 def json_body(body: Any) -> bytes:
