@@ -21,6 +21,7 @@ from dsmlkit.server import ServerConfig, create_app
 from tests.server.conftest import CLIENT_TIMEOUT
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.loopback import serve_in_thread
+from tests.server.mock_upstream import mock_upstream
 
 
 def _free_port() -> int:
@@ -258,6 +259,48 @@ def test_a_client_going_away_closes_the_upstream_request_and_the_stream_ends_cle
             f'dsmlkit_request_errors_total{{route="{route}",type="client_disconnected"}} 2.0'
             in (metrics)
         )
+        code, _, err = _stopped(process, signal.SIGTERM)
+    assert code == 0
+    assert "Traceback" not in err
+
+
+def test_a_lone_surrogate_from_the_upstream_reaches_sdk_clients_as_a_replacement() -> None:
+    """Through a real process and the official SDKs: an upstream chunk whose JSON escapes a
+    UTF-16 surrogate alone (not text) gives U+FFFD in a whole answer and a stream, where it
+    was a 500 and a cut stream."""
+    import anthropic
+    import openai
+
+    def chunk(text: str, finish: str | None = None) -> str:
+        choice = {"index": 0, "text": text, "finish_reason": finish}
+        return "data: " + json.dumps({"choices": [choice]}) + "\n\n"
+
+    stream = (chunk("hi \ud800 there") + chunk("", "stop")).encode()  # json.dumps escapes it
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream)
+
+    no_thinking = {"chat_template_kwargs": {"thinking": False}}
+    with (
+        mock_upstream(answer) as upstream,
+        _serve("--upstream", upstream, "--tokenizer", "none") as (process, url),
+    ):
+        chat = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+        whole = chat.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "go"}], extra_body=no_thinking
+        )
+        assert whole.choices[0].message.content == "hi \ufffd there"
+        messages = anthropic.Anthropic(base_url=url, api_key="none", max_retries=0)
+        with messages.messages.stream(
+            model="m",
+            max_tokens=50,
+            messages=[{"role": "user", "content": "go"}],
+            extra_body=no_thinking,
+        ) as events:
+            text = "".join(events.text_stream)
+            final = events.get_final_message()
+        assert text == "hi \ufffd there"
+        assert final.stop_reason == "end_turn"
         code, _, err = _stopped(process, signal.SIGTERM)
     assert code == 0
     assert "Traceback" not in err
