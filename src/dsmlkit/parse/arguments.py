@@ -38,7 +38,9 @@ MAX_JSON_DEPTH: Final = 128
 #: Parameter names whose lone object value is unwrapped when the tool does not declare them.
 WRAPPER_NAMES: Final = ("arguments", "input")
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+#: A UTF-16 surrogate in a decoded string: always a lone one (``json.loads`` joins the
+#: escapes of a valid pair into one character), and not text that UTF-8 can carry.
+LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
 _NESTING_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]', re.DOTALL)
 
 
@@ -129,7 +131,7 @@ def decode_json(raw: str) -> tuple[Any, str] | str:
         return str(error)
     except (ValueError, RecursionError):
         return "it is not JSON"
-    if _SURROGATE.search(text):
+    if LONE_SURROGATE.search(text):
         return "it holds a lone surrogate escape"
     return value, text
 

@@ -14,11 +14,11 @@ from typing import Any
 from starlette.requests import Request
 
 from dsmlkit.errors import InvalidRequest
+from dsmlkit.parse.arguments import LONE_SURROGATE
 from dsmlkit.server.offload import run_for_body
 
 #: Deepest nesting of arrays and objects accepted (JSON Schemas rarely pass 20).
 MAX_DEPTH = 64
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 async def read_json(request: Request) -> tuple[Any, int]:
@@ -99,7 +99,7 @@ def _check(data: Any) -> None:
                 "must be a finite number (NaN and Infinity are not JSON)", path or None
             )
         if isinstance(value, str):
-            if _SURROGATE.search(value):
+            if LONE_SURROGATE.search(value):
                 raise InvalidRequest(
                     "holds a lone UTF-16 surrogate escape (\\ud800-\\udfff), which is not text",
                     path or None,
@@ -116,7 +116,7 @@ def _check(data: Any) -> None:
             continue
         for key, item in value.items():
             child = f"{path}.{key}" if path else key
-            if _SURROGATE.search(key):
+            if LONE_SURROGATE.search(key):
                 raise InvalidRequest(
                     "a key holds a lone UTF-16 surrogate escape, which is not text", child
                 )

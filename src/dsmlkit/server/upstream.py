@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -22,6 +21,7 @@ import aiohttp.http_exceptions
 import orjson
 from yarl import URL
 
+from dsmlkit.parse.arguments import LONE_SURROGATE
 from dsmlkit.server.config import redacted
 from dsmlkit.server.errors import UpstreamError
 
@@ -31,8 +31,6 @@ JSON = "application/json"
 _KEEPALIVE_SECONDS = 4.0
 #: How much of an upstream error body is read to quote its message.
 _ERROR_BODY_LIMIT = 64 * 1024
-#: A UTF-16 surrogate alone in a decoded string (the standard decoder joins a valid pair).
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def error_message(body: bytes) -> str:
@@ -280,7 +278,7 @@ def _json_of(data: bytes) -> Any:
 def _without_lone_surrogates(value: Any) -> Any:
     """``value`` with each lone surrogate in its strings (keys too) replaced by U+FFFD."""
     if isinstance(value, str):
-        return _LONE_SURROGATE.sub("\ufffd", value)
+        return LONE_SURROGATE.sub("\ufffd", value)
     if isinstance(value, list):
         return [_without_lone_surrogates(item) for item in value]
     if isinstance(value, dict):
