@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,17 +17,12 @@ from contextlib import contextmanager
 import pytest
 import redis
 
+from tests.server.process import free_port
+
 URL_ENV = "DSMLKIT_TEST_REDIS_URL"
 SKIP_REASON = (
     "redis-server is not on PATH (Debian: apt-get install redis-server; .ci/run installs it)"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextmanager

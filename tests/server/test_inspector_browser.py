@@ -23,7 +23,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.helpers import v41_tokenizer_file
-from tests.server.test_server_process import _serve
+from tests.server.process import serve_process
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -51,14 +51,14 @@ pytestmark = pytest.mark.skipif(bool(_missing), reason=f"no {', '.join(_missing)
 def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """With a V4.1 tokenizer file: prompts go upstream as token ids."""
     tokenizer = v41_tokenizer_file(tmp_path_factory.mktemp("v41"))
-    with _serve("--tokenizer", str(tokenizer)) as (_, url):
+    with serve_process("--tokenizer", str(tokenizer)) as (_, url):
         yield url
 
 
 @pytest.fixture(scope="module")
 def text_server_url() -> Iterator[str]:
     """With the bundled V4 tokenizer, which lacks V4.1's ``<｜System｜>``: prompts go as text."""
-    with _serve() as (_, url):
+    with serve_process() as (_, url):
         yield url
 
 

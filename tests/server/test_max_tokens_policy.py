@@ -18,8 +18,8 @@ from dsmlkit.server.reqlog import FIELDS
 from tests.helpers import write_block
 from tests.server.conftest import CLIENT_TIMEOUT, Gateway
 from tests.server.fake_engine import FakeEngine, Reply
+from tests.server.process import serve_process
 from tests.server.test_reasoning_roundtrip import TOOLS
-from tests.server.test_server_process import _serve
 
 CONTEXT = 300
 CLAUDE_CODE_MAX_TOKENS = 128000
@@ -149,12 +149,12 @@ def test_a_real_process_with_the_reject_flag(
     engine.max_model_len = CONTEXT
     flags = ("--upstream", engine_server[1], "--tokenizer", v41_tokenizer)
     body = {"model": "m", "max_tokens": CLAUDE_CODE_MAX_TOKENS, "messages": MESSAGES}
-    with _serve(*flags, "--max-tokens-policy", "reject") as (_, url):
+    with serve_process(*flags, "--max-tokens-policy", "reject") as (_, url):
         refused = httpx.post(url + "/v1/messages", json=body, timeout=CLIENT_TIMEOUT)
     assert refused.status_code == 400
     assert refused.json()["error"]["type"] == "invalid_request_error"
     engine.push(Reply(text="fits"))
-    with _serve(*flags) as (_, url):  # the default: clamp
+    with serve_process(*flags) as (_, url):  # the default: clamp
         client = anthropic.Anthropic(base_url=url, api_key="k", timeout=CLIENT_TIMEOUT)
         answer = client.messages.with_raw_response.create(
             model="m",

@@ -15,7 +15,8 @@ import pytest
 
 from tests.server.conftest import Gateway
 from tests.server.fake_engine import FakeEngine
-from tests.server.redis_server import free_port, redis_server, redis_url
+from tests.server.process import free_port
+from tests.server.redis_server import redis_server, redis_url
 from tests.server.test_reasoning_roundtrip import REASONING, first_turn, follow_up, history
 
 __all__ = ["redis_url"]  # the fixture

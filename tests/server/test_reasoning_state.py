@@ -28,7 +28,8 @@ from dsmlkit.server.state_store import (
     get_one,
     open_store,
 )
-from tests.server.redis_server import free_port, redis_url
+from tests.server.process import free_port
+from tests.server.redis_server import redis_url
 
 __all__ = ["redis_url"]  # the fixture
 

@@ -20,7 +20,7 @@ from dsmlkit.server.local_routes import SEALED_MARKER
 from dsmlkit.server.sealing import KeyRing
 from tests.server.conftest import Gateway
 from tests.server.fake_engine import Reply
-from tests.server.test_server_process import _free_port, _serve
+from tests.server.process import free_port, serve_process
 from tests.server.test_server_responses_state import (
     CALL_TEXT,
     REASONING,
@@ -178,7 +178,7 @@ def test_a_function_call_without_arguments_is_a_400_naming_it(text_gateway: Gate
 )
 def test_a_short_secret_is_refused_at_start(secret: str, position: int) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "dsmlkit", "serve", "--port", str(_free_port())],
+        [sys.executable, "-m", "dsmlkit", "serve", "--port", str(free_port())],
         capture_output=True,
         text=True,
         timeout=60,
@@ -206,11 +206,11 @@ def test_a_rotated_secret_still_opens_old_tokens(monkeypatch: pytest.MonkeyPatch
         ],
     }
     monkeypatch.setenv("DSMLKIT_STATE_SECRET", f"{new},{old}")
-    with _serve("--tokenizer", "none") as (_, url):
+    with serve_process("--tokenizer", "none") as (_, url):
         shown = httpx.post(url + "/v1/responses/render", json=body, timeout=30).json()
     assert SEALED_MARKER in shown["prompt"] and "rotation" not in shown["prompt"]
     monkeypatch.setenv("DSMLKIT_STATE_SECRET", new)
-    with _serve("--tokenizer", "none") as (_, url):
+    with serve_process("--tokenizer", "none") as (_, url):
         shown = httpx.post(url + "/v1/responses/render", json=body, timeout=30).json()
     assert SEALED_MARKER not in shown["prompt"]
     assert any("not opened" in note for note in shown["notes"])

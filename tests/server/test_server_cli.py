@@ -14,13 +14,7 @@ import pytest
 
 from dsmlkit.cli import build_parser, main
 from dsmlkit.server import ServerConfig
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from tests.server.process import free_port
 
 
 def _exit_code(argv: list[str]) -> int:
@@ -189,7 +183,7 @@ def test_port_in_use_cannot_start(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_serve_runs_and_reports_what_it_serves() -> None:
-    port = _free_port()
+    port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "dsmlkit", "serve", "--port", str(port), "--tokenizer", "none"],
         stdout=subprocess.PIPE,

@@ -21,9 +21,10 @@ from dsmlkit.server.config import ConfigError
 from dsmlkit.server.reqlog import ACCESS_LOGGER, FIELDS
 from tests.server.conftest import CLIENT_TIMEOUT, Gateway
 from tests.server.fake_engine import FakeEngine, Reply
+from tests.server.process import free_port, serve_process
 from tests.server.test_server_cli import _exit_code
 from tests.server.test_server_local import _samples
-from tests.server.test_server_process import _free_port, _response, _serve, _stopped
+from tests.server.test_server_process import _response, _stopped
 
 CHAT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
 
@@ -53,7 +54,7 @@ def test_metrics_add_up_every_worker(engine_server: tuple[FakeEngine, str], tmp_
     engine, engine_url = engine_server
     state = f"sqlite:{tmp_path / 'state.db'}"  # workers share no memory store
     flags = ("--tokenizer", "none", "--workers", "2", "--upstream", engine_url, "--state", state)
-    with _serve(*flags) as (process, url):
+    with serve_process(*flags) as (process, url):
         deadline = time.monotonic() + 20
         while len(_workers(process.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -106,7 +107,7 @@ def test_a_metrics_directory_the_operator_set_is_used_and_kept(
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
     (tmp_path / "notes.txt").write_text("the operator's own")
     for _ in range(2):  # the second run starts afresh: the first run's files are deleted
-        with _serve("--tokenizer", "none") as (process, url):
+        with serve_process("--tokenizer", "none") as (process, url):
             assert httpx.post(url + "/v1/parse", json={"text": "hi"}).status_code == 200
             deadline = time.monotonic() + 5
             while (totals := _totals(url)).get("/v1/parse") != 1 and time.monotonic() < deadline:
@@ -121,7 +122,7 @@ def test_a_metrics_directory_that_is_none_cannot_start(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "missing"))
-    assert main(["serve", "--tokenizer", "none", "--port", str(_free_port())]) == 4
+    assert main(["serve", "--tokenizer", "none", "--port", str(free_port())]) == 4
     error = capsys.readouterr().err
     assert error.startswith("dsmlkit serve: PROMETHEUS_MULTIPROC_DIR=")
     assert error.rstrip().endswith("is not a directory")
@@ -152,7 +153,7 @@ def test_log_lines_are_json_with_the_request_fields(
 ) -> None:
     engine, engine_url = engine_server
     engine.push(Reply(text="Hello there.", chunk_size=2))
-    with _serve("--tokenizer", "none", "--upstream", engine_url) as (process, url):
+    with serve_process("--tokenizer", "none", "--upstream", engine_url) as (process, url):
         with httpx.stream(
             "POST", url + "/v1/chat/completions", json=CHAT, timeout=CLIENT_TIMEOUT
         ) as r:
@@ -225,7 +226,7 @@ def test_the_library_refuses_durations_that_are_not_finite(value: float) -> None
 
 def test_a_nan_timeout_in_the_environment_stops_the_process_at_once() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "dsmlkit", "serve", "--port", str(_free_port())],
+        [sys.executable, "-m", "dsmlkit", "serve", "--port", str(free_port())],
         capture_output=True,
         text=True,
         env={**os.environ, "DSMLKIT_UPSTREAM_TIMEOUT": "nan"},
@@ -246,7 +247,7 @@ def test_credentials_in_the_upstream_url_are_never_shown(
     port = int(engine_server[1].rsplit(":", 1)[1])
     upstream = f"http://user:{SECRET}@127.0.0.1:{port}/v1"
     flags = ("--tokenizer", "none", "--upstream", upstream, "--upstream-timeout", "1")
-    with _serve(*flags) as (process, url):
+    with serve_process(*flags) as (process, url):
         ready = httpx.get(url + "/ready", timeout=CLIENT_TIMEOUT)
         assert ready.json()["models"]["deepseek-v4.1"]["upstream"] == (
             f"http://***@127.0.0.1:{port}/v1/completions"
@@ -279,8 +280,8 @@ def test_a_wrong_upstream_url_is_refused_without_its_credentials(
 
 
 def test_credentials_stay_hidden_when_the_upstream_is_down() -> None:
-    upstream = f"http://user:{SECRET}@127.0.0.1:{_free_port()}/v1"
-    with _serve("--tokenizer", "none", "--upstream", upstream) as (process, url):
+    upstream = f"http://user:{SECRET}@127.0.0.1:{free_port()}/v1"
+    with serve_process("--tokenizer", "none", "--upstream", upstream) as (process, url):
         ready = httpx.get(url + "/ready", timeout=CLIENT_TIMEOUT)
         failed = httpx.post(url + "/v1/chat/completions", json=CHAT, timeout=CLIENT_TIMEOUT)
         code, out, err = _stopped(process, signal.SIGTERM)
@@ -297,7 +298,7 @@ BIG_PARSE = json.dumps({"text": "a" * 50_000_000}).encode()
 
 
 def test_a_50_mb_parse_is_a_413_in_the_error_shape() -> None:
-    with _serve("--tokenizer", "none") as (process, url), httpx.Client(timeout=60) as client:
+    with serve_process("--tokenizer", "none") as (process, url), httpx.Client(timeout=60) as client:
         for content in (BIG_PARSE, iter([BIG_PARSE[:20_000_000], BIG_PARSE[20_000_000:]])):
             answer = client.post(
                 url + "/v1/parse", content=content, headers={"content-type": "application/json"}
@@ -318,7 +319,7 @@ def test_a_slow_client_still_sending_gets_the_answer_not_a_reset(
 ) -> None:
     """The body keeps coming for longer than the header timeout after the server knew
     its answer: it is read to its end, then answered."""
-    with _serve("--tokenizer", "none", "--header-timeout", "1", *flags) as (process, url):
+    with serve_process("--tokenizer", "none", "--header-timeout", "1", *flags) as (process, url):
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
             sock.sendall(

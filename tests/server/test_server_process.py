@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -22,46 +18,7 @@ from tests.server.conftest import CLIENT_TIMEOUT
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.loopback import serve_in_thread
 from tests.server.mock_upstream import mock_upstream
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@contextmanager
-def _serve(*flags: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """A running ``dsmlkit serve FLAGS`` and its URL; stopped (SIGTERM) on exit."""
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "dsmlkit", "serve", "--port", str(port), *flags],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONWARNINGS": "default"},
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.get(url + "/health", timeout=1)
-            break
-        except httpx.TransportError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise AssertionError(process.communicate()[1]) from None
-            time.sleep(0.1)
-    try:
-        yield process, url
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
+from tests.server.process import serve_process
 
 
 def _stopped(process: subprocess.Popen[str], sig: int | None) -> tuple[int, str, str]:
@@ -95,7 +52,7 @@ def test_a_stop_signal_ends_open_streams_with_an_error_event(
 ) -> None:
     engine.push(Reply(text="Thinking slowly. " * 50, interval=0.2, chunk_size=1))
     flags = ("--upstream", engine_server[1], "--tokenizer", v41_tokenizer, "--shutdown-grace", "1")
-    with _serve(*flags) as (process, url):
+    with serve_process(*flags) as (process, url):
         body = {
             "model": "m",
             "max_tokens": 500,
@@ -126,7 +83,7 @@ def test_a_stop_signal_ends_open_streams_with_an_error_event(
 
 
 def test_partial_headers_are_closed_after_the_header_timeout() -> None:
-    with _serve("--tokenizer", "none", "--header-timeout", "0.5") as (_, url):
+    with serve_process("--tokenizer", "none", "--header-timeout", "0.5") as (_, url):
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as slow:
             slow.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # never finished
@@ -144,7 +101,7 @@ def test_partial_headers_are_closed_after_the_header_timeout() -> None:
 
 
 def test_a_slow_body_is_a_408() -> None:
-    with _serve("--tokenizer", "none", "--body-timeout", "0.5") as (_, url):
+    with serve_process("--tokenizer", "none", "--body-timeout", "0.5") as (_, url):
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as slow:
             slow.settimeout(5)
@@ -161,7 +118,7 @@ def test_several_workers_serve_and_stop(
     engine_server: tuple[FakeEngine, str], tmp_path: Path
 ) -> None:
     flags = ("--tokenizer", "none", "--workers", "2", "--state", f"sqlite:{tmp_path}/state.db")
-    with _serve(*flags, "--upstream", engine_server[1]) as (process, url):
+    with serve_process(*flags, "--upstream", engine_server[1]) as (process, url):
         for _ in range(4):
             assert httpx.get(url + "/health").json() == {"status": "ok"}
         assert httpx.get(url + "/ready").status_code == 200
@@ -225,7 +182,7 @@ def test_a_client_going_away_closes_the_upstream_request_and_the_stream_ends_cle
     )
     thinking_off = {"chat_template_kwargs": {"thinking": False}}
     chat = {"model": "m", "messages": [{"role": "user", "content": "go"}], **thinking_off}
-    with _serve(*flags) as (process, url):
+    with serve_process(*flags) as (process, url):
         engine.push(Reply(text="Hello there."))
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
         chunks = list(
@@ -283,7 +240,7 @@ def test_a_lone_surrogate_from_the_upstream_reaches_sdk_clients_as_a_replacement
     no_thinking = {"chat_template_kwargs": {"thinking": False}}
     with (
         mock_upstream(answer) as upstream,
-        _serve("--upstream", upstream, "--tokenizer", "none") as (process, url),
+        serve_process("--upstream", upstream, "--tokenizer", "none") as (process, url),
     ):
         chat = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
         whole = chat.chat.completions.create(

@@ -18,8 +18,8 @@ import pytest
 
 from tests.server.conftest import CLIENT_TIMEOUT, Gateway
 from tests.server.fake_engine import FakeEngine, Reply
-from tests.server.redis_server import free_port, redis_server, redis_url
-from tests.server.test_server_process import _serve
+from tests.server.process import free_port, serve_process
+from tests.server.redis_server import redis_server, redis_url
 from tests.server.test_server_responses_state import CALL_TEXT, TOOLS
 
 __all__ = ["redis_url"]  # the fixture
@@ -30,7 +30,9 @@ TURNS = 12
 
 def _gateway(engine_server: tuple[FakeEngine, str], state: str, *flags: str) -> Any:
     """``dsmlkit serve`` in front of the fake engine with text prompts and ``--state``."""
-    return _serve("--upstream", engine_server[1], "--tokenizer", "none", "--state", state, *flags)
+    return serve_process(
+        "--upstream", engine_server[1], "--tokenizer", "none", "--state", state, *flags
+    )
 
 
 def _client(url: str) -> openai.OpenAI:
