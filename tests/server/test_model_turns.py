@@ -5,7 +5,8 @@ Driven through the official SDKs. A client that adds a default parameter and reo
 still gets prompts that extend the previous prompt plus the model's output; a client that
 really changes a call wins, with a note in the log line. In front of a hosted endpoint
 (the fake engine's chat mode answers 400 for a tool turn without its reasoning, as
-DeepSeek's API does) short ids such as ``call_0`` are restored per conversation.
+DeepSeek's API does) calls the endpoint numbers ``call_0`` get their reasoning and their
+``call_0`` back per conversation.
 """
 
 from __future__ import annotations
@@ -182,8 +183,9 @@ def test_the_hosted_rule_in_the_test_double(
 
 
 def weather_turn(gateway: Gateway, api: str, stream: bool, city: str) -> list[dict[str, Any]]:
-    """A first turn whose call the hosted endpoint numbers ``call_0``; the conversation as
-    a client that drops the reasoning (as Continue does) sends it back."""
+    """A first turn whose call the hosted endpoint numbers ``call_0`` (the client gets an id
+    of the gateway's own: see test_call_ids.py); the conversation as a client that drops the
+    reasoning (as Continue does) sends it back."""
     call = {"id": "call_0", "name": "get_weather", "arguments": json.dumps({"city": city})}
     gateway.engine.push(Reply(reasoning=f"Weather in {city}: call.", tool_calls=(call,)))
     question = [{"role": "user", "content": f"Weather in {city}?"}]
@@ -195,7 +197,7 @@ def weather_turn(gateway: Gateway, api: str, stream: bool, city: str) -> list[di
         tools=tools(api, "get_weather", WEATHER),
         messages=question,
     )
-    assert answer.calls[0][0] == "call_0"
+    assert answer.calls[0][0] != "call_0"
     return question + echoed(api, answer, {"city": city}, result="sunny")
 
 

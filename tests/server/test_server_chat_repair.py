@@ -28,11 +28,16 @@ from tests.helpers import write_block
 BLOCK = write_block(V4_1, [("get_weather", {"city": "Paris"})])
 
 
+def _client_id(upstream_id: str) -> str:
+    """The upstream's id as it is; a call it gave none gets ``call_minted``."""
+    return upstream_id or "call_minted"
+
+
 def _repair() -> ChatRepair:
     ids = itertools.count()
     return ChatRepair(
         lambda: Parser("v4.1", start_in="content", id_factory=lambda: f"call_{next(ids)}"),
-        lambda: "call_minted",
+        _client_id,
     )
 
 

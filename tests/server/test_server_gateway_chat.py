@@ -50,7 +50,7 @@ def test_leaked_dsml_in_reasoning_is_repaired(
 def test_proper_tool_calls_pass_through_after_repaired_ones(
     chat_gateway: Gateway, api: str, stream: bool
 ) -> None:
-    proper = {"id": "call_upstream1", "name": "get_time", "arguments": '{"tz": "UTC"}'}
+    proper = {"id": "call_upstream_0001", "name": "get_time", "arguments": '{"tz": "UTC"}'}
     chat_gateway.engine.push(
         Reply(content=LEAKED, tool_calls=(proper,), finish_reason="tool_calls", chunk_size=5)
     )
@@ -60,7 +60,7 @@ def test_proper_tool_calls_pass_through_after_repaired_ones(
         ("note", NOTE),
         ("get_time", {"tz": "UTC"}),
     ]
-    assert answer.calls[2][0] == "call_upstream1"
+    assert answer.calls[2][0] == "call_upstream_0001"
 
 
 @pytest.mark.parametrize(("api", "stream"), APIS, ids=API_IDS)

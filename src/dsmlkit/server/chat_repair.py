@@ -3,7 +3,8 @@
 Some OpenAI-compatible endpoints pass DeepSeek's DSML markup through as text in
 ``content`` or ``reasoning_content`` instead of returning ``tool_calls``. :class:`ChatRepair`
 feeds each of those two texts through its own parser (``start_in="content"``), keeps the
-endpoint's proper ``tool_calls`` as they are, and merges the three into one event stream of
+endpoint's proper ``tool_calls`` as they are (under the ids the client is to see), and
+merges the three into one event stream of
 the shape :mod:`dsmlkit.parse.events` describes: calls numbered 0, 1, 2… in the order they
 open, never interleaved (a call from one source waits while another source's call is open).
 """
@@ -49,12 +50,13 @@ class ChatRepair:
     """Folds OpenAI chat-completion chunk deltas into parser events.
 
     ``new_parser`` makes a parser for leaked text (the request's dialect and tools,
-    ``start_in="content"``); ``new_id`` gives an id to an upstream call that has none.
+    ``start_in="content"``); ``client_id`` gives the id the client sees for an upstream
+    call's id (``""`` when the upstream gave none; see :class:`.call_ids.AnswerIds`).
     """
 
-    def __init__(self, new_parser: Callable[[], Parser], new_id: Callable[[], str]) -> None:
+    def __init__(self, new_parser: Callable[[], Parser], client_id: Callable[[str], str]) -> None:
         self._parsers: dict[Source, Parser] = {"content": new_parser(), "reasoning": new_parser()}
-        self._new_id = new_id
+        self._client_id = client_id
         self._upstream_calls: dict[int, _UpstreamCall] = {}
         self._current: _UpstreamCall | None = None
         self._queues: dict[Source, deque[Event]] = {
@@ -152,7 +154,7 @@ class ChatRepair:
                 self._queues["upstream"].append(ArgumentsDelta(index, fragment))
         elif call.name:
             call.started = True
-            call.id = call.id or self._new_id()
+            call.id = self._client_id(call.id)
             queue = self._queues["upstream"]
             queue.append(ToolCallStart(index, call.id, call.name))
             if "".join(call.arguments):

@@ -176,7 +176,8 @@ async def fold(
         raise UpstreamError("broken", refused)
     record.prompt_tokens = outcome.usage.prompt_tokens
     record.completion_tokens = outcome.usage.completion_tokens
-    record.state_error = await memory.remember(answer.calls(), digests) or record.state_error
+    calls = answer.calls(plan.upstream_ids)
+    record.state_error = await memory.remember(calls, digests) or record.state_error
     yield [final]
 
 
@@ -198,11 +199,15 @@ class AnswerTracker:
             elif isinstance(event, ToolCallEnd):
                 self._calls.append(event)
 
-    def calls(self) -> dict[str, ModelCall]:
-        """What the model wrote, by call id."""
+    def calls(self, upstream_ids: Mapping[str, str] | None = None) -> dict[str, ModelCall]:
+        """What the model wrote, by call id (with the upstream's own id of a call, when
+        ``upstream_ids`` has one)."""
         reasoning, content = "".join(self._reasoning), "".join(self._content)
+        upstream = upstream_ids or {}
         return {
-            call.id: ModelCall(call.name, call.arguments_json, reasoning, content)
+            call.id: ModelCall(
+                call.name, call.arguments_json, reasoning, content, upstream.get(call.id)
+            )
             for call in self._calls
         }
 

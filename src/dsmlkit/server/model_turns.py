@@ -20,7 +20,8 @@ into the assistant turns of the typed conversation, whichever API it came in (a
   verify is replaced, see :mod:`.restore`).
 
 Keys: a call id of 16 characters or more is its own key. Shorter ids (an upstream that
-numbers its calls, ``call_0``) repeat across conversations, so they are keyed together with
+numbers its calls, ``call_0``, which the gateway no longer passes on to clients: see
+:mod:`.call_ids`) repeat across conversations, so they are keyed together with
 a digest of the typed conversation before the turn (:class:`Digests`): the messages'
 roles, the text of every non-assistant message and the ids and names of the assistant's
 calls, which clients send back unchanged (reasoning, assistant text and arguments are left
@@ -48,24 +49,30 @@ _KEY_PREFIX = "turn:"
 @dataclass(frozen=True)
 class ModelCall:
     """What the model wrote in the answer that issued one call: the call's name and exact
-    arguments JSON, and the answer's reasoning and content."""
+    arguments JSON, and the answer's reasoning and content; ``upstream_id``: the upstream's
+    own id of the call when the client was given another (see :mod:`.call_ids`)."""
 
     name: str
     arguments: str
     reasoning: str
     content: str
+    upstream_id: str | None = None
 
     def dumps(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False)
+        fields = asdict(self)
+        if self.upstream_id is None:
+            del fields["upstream_id"]
+        return json.dumps(fields, ensure_ascii=False)
 
     @classmethod
     def loads(cls, text: str) -> ModelCall | None:
         """The stored call; None for a value of another shape."""
         try:
             fields = json.loads(text)
-            return cls(**fields) if isinstance(fields, dict) else None
+            call = cls(**fields) if isinstance(fields, dict) else None
         except (ValueError, TypeError):
             return None
+        return call if call is None or _optional_text(call.upstream_id) else None
 
 
 class Digests:
@@ -161,6 +168,10 @@ def _same(a: object, b: object) -> bool:
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return a == b
+
+
+def _optional_text(value: object) -> bool:
+    return value is None or isinstance(value, str)
 
 
 def _json_object(text: object) -> dict[str, Any] | None:

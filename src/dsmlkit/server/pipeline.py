@@ -212,7 +212,7 @@ async def plan_upstream(
     its byte length bounds it and the engine's usage at the end gives the count."""
     req = restored.req
     if model.config.upstream_api != "completions":
-        return chat_plan(model, req, body, restored.put_back)
+        return chat_plan(model, req, body, restored.put_back, restored.call_ids)
     prompt: Prompt = await run_for_body(size, render_prompt, state, model, req)
     shown_first = req.stream and req.adapter.usage_at_start
     bound = None if prompt.token_ids is not None or shown_first else uncounted_bound(prompt)

@@ -12,13 +12,14 @@ becomes parser events (:attr:`UpstreamPlan.feed`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from dsmlkit.api import ChatRequest, to_openai_chat_body
 from dsmlkit.parse import Event
 from dsmlkit.render import RenderResult, render_conversation
+from dsmlkit.server.call_ids import AnswerIds
 from dsmlkit.server.chat_repair import ChatRepair
 from dsmlkit.server.engine import Encoded
 from dsmlkit.server.forced import CompletionsAnswer, Resume, chat_fallback_body
@@ -132,6 +133,8 @@ class UpstreamPlan:
     answer itself; ``resume`` says after each upstream stream what follows (events, and
     the next upstream body or None); ``fallback_body`` is retried once when the upstream
     answers 400. What reaches the client passes a :class:`~.fold.CallGate` in every mode.
+    ``upstream_ids``: the upstream's own id of each call the client got another id for
+    (filled as the answer streams; :mod:`.call_ids`).
     """
 
     req: ChatRequest
@@ -142,6 +145,7 @@ class UpstreamPlan:
     opening: list[Event] = field(default_factory=list)
     resume: Resume | None = None
     fallback_body: dict[str, Any] | None = None
+    upstream_ids: Mapping[str, str] = field(default_factory=dict)
 
 
 def completions_plan(
@@ -200,10 +204,13 @@ def _length_of(
     return first_tokens + len(prompt[len(first) :].encode())
 
 
-def chat_plan(model: ServedModel, req: ChatRequest, body: Any, restored: bool) -> UpstreamPlan:
+def chat_plan(
+    model: ServedModel, req: ChatRequest, body: Any, restored: bool, taken: Collection[str] = ()
+) -> UpstreamPlan:
     """The plan for a hosted ``/v1/chat/completions``: a Chat Completions body as it came
     (its messages those of the typed conversation when state was ``restored`` into it), any
-    other converted."""
+    other converted. The answer's calls get ids unique in the conversation, whose call ids
+    as sent are ``taken`` (:class:`.call_ids.AnswerIds`)."""
     if req.adapter.chat_form:
         upstream_body = dict(body)
         if restored:
@@ -213,7 +220,8 @@ def chat_plan(model: ServedModel, req: ChatRequest, body: Any, restored: bool) -
     upstream_body.update(stream=True, stream_options={"include_usage": True})
     if model.engine_model is not None:
         upstream_body["model"] = model.engine_model
-    repair = ChatRepair(lambda: req.new_parser("content"), req.adapter.call_ids())
+    ids = AnswerIds(req.adapter.call_ids(), taken)
+    repair = ChatRepair(lambda: req.new_parser("content"), ids.client_id)
 
     def feed(choice: Mapping[str, Any]) -> list[Event]:
         delta = choice.get("delta")
@@ -226,4 +234,5 @@ def chat_plan(model: ServedModel, req: ChatRequest, body: Any, restored: bool) -
         repair.close,
         None,
         fallback_body=chat_fallback_body(req, upstream_body),
+        upstream_ids=ids.upstream,
     )

@@ -9,7 +9,9 @@ every assistant turn with calls the gateway issued gets
   the reader could not verify (``reasoning_trusted`` false: an Anthropic thinking block
   without the gateway's signature, a sealed Responses token that does not open here);
 * the model's own words where the client did not really change them
-  (:func:`.model_turns.reconcile`).
+  (:func:`.model_turns.reconcile`);
+* the upstream's own ids of the calls whose client got another id, in the calls and in
+  the tool results that answer them (:func:`.call_ids.with_upstream_ids`).
 
 A store that cannot be reached restores nothing: the request is answered as sent and the
 error noted (see :mod:`.reasoning_store`).
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from dsmlkit.api import ChatRequest
 from dsmlkit.render.conversation import Message
+from dsmlkit.server.call_ids import with_upstream_ids
 from dsmlkit.server.model_turns import Digests, ModelCall, reconcile
 from dsmlkit.server.reasoning_store import ReasoningMemory
 
@@ -31,9 +34,11 @@ class Restored:
     """A typed request with its state put back, and what was done."""
 
     req: ChatRequest
-    #: The conversation's digests, for short call ids: the same for the request as sent and
-    #: as restored (roles, texts and call ids do not change), so one serves the whole request.
+    #: The digests of the conversation as sent, for short call ids (the store's keys are
+    #: the client's ids; the restored request may carry the upstream's).
     digests: Digests
+    #: The call ids of the conversation as sent: a new call may not take one of them.
+    call_ids: frozenset[str] = frozenset()
     #: Assistant turns whose dropped reasoning was put back.
     reasoning: int = 0
     #: What the client really changed in the model's turns (used as sent): ``call``,
@@ -58,7 +63,7 @@ async def restore(memory: ReasoningMemory, req: ChatRequest) -> Restored:
         if call.id is not None and (key := digests.key(call.id, i)) is not None
     }
     found, error = await memory.calls(keys)
-    result = Restored(req, digests, error=error)
+    result = Restored(req, digests, frozenset(call_id for _, call_id in keys), error=error)
     if not found:
         return result
     restored = list(messages)
@@ -69,7 +74,12 @@ async def restore(memory: ReasoningMemory, req: ChatRequest) -> Restored:
             if call.id is not None and (i, call.id) in found
         }
         restored[i] = _restored_turn(messages[i], calls, result)
-    conversation = replace(req.conversation, messages=tuple(restored))
+    upstream = {
+        call_id: call.upstream_id
+        for (_, call_id), call in found.items()
+        if call.upstream_id is not None
+    }
+    conversation = replace(req.conversation, messages=with_upstream_ids(restored, upstream))
     result.req = replace(req, conversation=conversation)
     result.put_back = True
     return result
