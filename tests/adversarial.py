@@ -86,6 +86,16 @@ def calls_then_long_whitespace(d: Dialect, size: int) -> str:
     return _repeat(invoke + " " * 500 + "t", size)
 
 
+def closers_in_prose(d: Dialect, size: int) -> str:
+    """Prose quoting closers, each run held until the text after it arrives."""
+    return _repeat(f"see {d.parameter_close()}\n {d.invoke_close()} " + " " * 300 + "t", size)
+
+
+def one_long_run_of_closers(d: Dialect, size: int) -> str:
+    """One run of closers the length of the output, then text: all held, then released."""
+    return _repeat(f"{d.invoke_close()}\n{d.block_close()} ", size) + "t"
+
+
 SHAPES: dict[str, Callable[[Dialect, int], str]] = {
     "repeated closing sequence": repeated_closing_sequence,
     "closer + long whitespace": closer_then_whitespace,
@@ -100,4 +110,6 @@ SHAPES: dict[str, Callable[[Dialect, int], str]] = {
     "blocks with text between": blocks_with_text_between,
     "tentative close + mentions": tentative_close_then_mentions,
     "calls + long whitespace": calls_then_long_whitespace,
+    "closers in prose": closers_in_prose,
+    "one long run of closers": one_long_run_of_closers,
 }

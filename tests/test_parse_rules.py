@@ -243,12 +243,13 @@ def test_missing_block_opener_vllm_48931_shape() -> None:
     assert kinds(message) == ["stray_closer"]
 
 
-def test_empty_block_and_stray_closers_are_dropped_and_recorded() -> None:
+def test_empty_block_is_dropped_and_a_closer_in_prose_kept() -> None:
+    # Until issue 26 the closer was dropped too; quoted in prose it is text (§4).
     message = both_modes(
         "hi\n\n<｜DSML｜tool_calls>\n</｜DSML｜tool_calls> there </｜DSML｜invoke>!"
     )
-    assert message.content == "hi there !"
-    assert kinds(message) == ["empty_block", "stray_closer"]
+    assert message.content == "hi there </｜DSML｜invoke>!"
+    assert kinds(message) == ["empty_block", "closer_in_text"]
     assert message.finish_reason == "stop"
 
 

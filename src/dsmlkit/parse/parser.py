@@ -32,9 +32,21 @@ no tag it answers with a :class:`~dsmlkit.parse.scanner.Mark` (what to do next) 
             └── AFTER_CALLS ◀── block closed, direct invoke closed  │
                    ▲                                                 ▼
                    └── stands ── AFTER_BLOCK ── value text (rewind) ─▶ VALUE
+    TEXT ──closer──▶ CLOSERS ──text or the end follows──▶ TEXT
     after EOS: DONE
 
-AFTER_CALLS drops the whitespace after the calls unless text follows it. AFTER_BLOCK follows
+CLOSERS holds a run of DSML closers met in text (no call open), whitespace between them,
+until what follows the run arrives (docs/streaming.md; vllm#56184): if only whitespace and the
+end of the output (or EOS) follow, the run is a model's trailing glitch
+(``answer</D invoke></D calls>``) and its closers are dropped (``stray_closer``; the
+whitespace stays text); if anything else follows, the run is prose that quotes the format
+and is released verbatim (``closer_in_text``, a note only). The run is consumed as it
+grows (kept aside, never read again), so a long run costs linear work; while it is held,
+no later text is emitted.
+
+AFTER_CALLS (also after an empty block) drops the whitespace after the calls unless text
+follows it, and drops closers right after the calls whatever follows them: a block's
+orphaned closing tail is markup, not prose. AFTER_BLOCK follows
 a tentative block close (a parameter closer in ``VALUE`` whose followers reach the block
 closer: below): it keeps the text until a new block opener that an invoke opener follows
 (the close stands, the kept text is read again as content) or ``close()``. Once an EOS has
@@ -48,10 +60,11 @@ Scanning is linear: text states and values jump with ``TagScanner.find`` (``str.
 and one compiled regex) to the next ``<`` that may start a tag, so any other ``<`` (HTML,
 code) costs nothing; at such a ``<`` the :class:`~dsmlkit.parse.scanner.TagScanner`
 recognises at most one tag of bounded length (a tag read as a follower is not read again
-as the next tag). What is held back is bounded: up to two
+as the next tag). What is held back and read again is bounded: up to two
 newlines (the ``\\n\\n`` before a block opener belongs to the markup), the whitespace right
 after the calls, one tag, or a closer plus the tags that decide it (each gap at most
-:data:`MAX_FOLLOWER_GAP` whitespace characters).
+:data:`MAX_FOLLOWER_GAP` whitespace characters). Text kept aside without being read again:
+the text after a tentative block close (below) and a run of closers in text (CLOSERS).
 
 Structural closing tags (parsing.md §2). Inside a value only a parameter closer can end
 the value, and only when what follows it (after whitespace) is a complete parameter
@@ -106,20 +119,23 @@ class State(enum.IntEnum):
     JSON_BODY = 4
     AFTER_CALLS = 5
     AFTER_BLOCK = 6
-    DONE = 7
+    CLOSERS = 7
+    DONE = 8
 
 
 _S = State
 #: Every state change the machine makes.
 TRANSITIONS: Final[dict[State, frozenset[State]]] = {
-    _S.TEXT: frozenset({_S.BLOCK, _S.INVOKE, _S.DONE}),
-    _S.BLOCK: frozenset({_S.INVOKE, _S.TEXT, _S.AFTER_CALLS, _S.DONE}),
+    _S.TEXT: frozenset({_S.BLOCK, _S.INVOKE, _S.CLOSERS, _S.DONE}),
+    _S.BLOCK: frozenset({_S.INVOKE, _S.AFTER_CALLS, _S.DONE}),
     _S.INVOKE: frozenset({_S.VALUE, _S.JSON_BODY, _S.BLOCK, _S.AFTER_CALLS, _S.DONE}),
     _S.VALUE: frozenset({_S.INVOKE, _S.BLOCK, _S.AFTER_CALLS, _S.AFTER_BLOCK, _S.DONE}),
     _S.JSON_BODY: frozenset({_S.INVOKE}),
     _S.AFTER_CALLS: frozenset({_S.TEXT}),
     # A tentative block close is value text after all (the rewind) or stands.
     _S.AFTER_BLOCK: frozenset({_S.VALUE, _S.AFTER_CALLS}),
+    # A run of closers in text is prose (kept) or ends the output (dropped).
+    _S.CLOSERS: frozenset({_S.TEXT}),
     _S.DONE: frozenset(),
 }
 
@@ -131,6 +147,7 @@ _VALUE: Final = State.VALUE
 _JSON_BODY: Final = State.JSON_BODY
 _AFTER_CALLS: Final = State.AFTER_CALLS
 _AFTER_BLOCK: Final = State.AFTER_BLOCK
+_CLOSERS: Final = State.CLOSERS
 _DONE: Final = State.DONE
 
 #: Whitespace allowed between a closer and the tag that decides it.
@@ -146,6 +163,9 @@ def _skip_whitespace(text: str, start: int) -> int:
 
 _JSON_SPECIAL = re.compile(r'[{}"\\]')
 
+
+#: The closing tags that, outside any call, are a stray run or quoted prose (``_closers``).
+_CLOSER_KINDS: Final = frozenset({TagKind.PARAM_CLOSE, TagKind.INVOKE_CLOSE, TagKind.BLOCK_CLOSE})
 
 _CUT_OFF: Final = Mark.CUT_OFF
 _END: Final = Mark.END
@@ -264,6 +284,7 @@ class Parser:
         self._after_block_close = False  # AFTER_CALLS: the block that just closed
         self._body: _JsonBody | None = None  # JSON_BODY
         self._tentative: _Tentative | None = None  # AFTER_BLOCK
+        self._run_of_closers: list[str] = []  # CLOSERS: closer, whitespace, closer, ...
         self._call: ArgumentsBuilder | None = None
         self._calls_ended = 0
         self._next_index = 0
@@ -285,6 +306,7 @@ class Parser:
             self._json_body,
             self._after_calls,
             self._after_block,
+            self._closers,
             self._after_eos,
         )
 
@@ -335,6 +357,8 @@ class Parser:
             self._run()
             if self._state == _AFTER_BLOCK:
                 self._settle(finish_reason == "length")
+            if self._state == _CLOSERS:  # a run of closers that ends the output
+                self._decide_closers(True)
             self._closed = True
             self._finish(finish_reason)
         except BaseException as error:
@@ -440,10 +464,9 @@ class Parser:
             self._go(_DONE)
         elif kind is TagKind.PARAM_OPEN:
             self._emit_text(buf[lt : tag.end])
-        else:
-            self._diagnose(
-                "stray_closer", "dropped a DSML closing tag outside any call", buf[lt : tag.end]
-            )
+        else:  # a DSML closer: what follows the run it starts decides (``_closers``)
+            self._run_of_closers = [buf[lt : tag.end]]
+            self._go(_CLOSERS)
         self._fresh = False
         return True
 
@@ -707,10 +730,11 @@ class Parser:
         return True
 
     def _after_calls(self) -> bool:
-        """After a block or direct invoke: the whitespace that follows belongs to the markup
-        unless text (not a tag) follows it: then it stays with that text, content after the
-        calls (after a block, with a ``text_after_block`` note), and so does a run longer
-        than :data:`MAX_FOLLOWER_GAP`."""
+        """After a block (empty or not) or direct invoke: the whitespace that follows belongs
+        to the markup unless text (not a tag) follows it: then it stays with that text,
+        content after the calls (after a block, with a ``text_after_block`` note), and so
+        does a run longer than :data:`MAX_FOLLOWER_GAP`. A DSML closer right after the calls
+        (after that whitespace) is their orphaned tail: dropped (``stray_closer``)."""
         buf, pos = self._buf, self._pos
         match = _WS.match(buf, pos, pos + MAX_FOLLOWER_GAP + 1)
         end = match.end() if match else pos
@@ -726,6 +750,12 @@ class Parser:
             tag = self._scan(buf, end)
             if tag is PENDING:
                 return False
+            if isinstance(tag, Tag) and tag.kind in _CLOSER_KINDS:
+                self._diagnose(
+                    "stray_closer", "dropped a DSML closing tag after the calls", buf[end : tag.end]
+                )
+                self._pos = tag.end
+                return True
             if isinstance(tag, Tag):
                 self._pos = end
                 self._after_block_close = False
@@ -770,6 +800,46 @@ class Parser:
         tentative.kept.append(buf[pos:end])
         self._pos = end
         return False
+
+    def _closers(self) -> bool:
+        """A run of DSML closers outside any call (whitespace may stand between them), held
+        until what follows it arrives: another closer joins the run."""
+        buf, pos = self._buf, self._pos
+        follower = self._follower(buf, pos)
+        if follower is PENDING:
+            return False
+        if isinstance(follower, Tag) and follower.kind in _CLOSER_KINDS:
+            self._run_of_closers += (buf[pos : follower.start], buf[follower.start : follower.end])
+            self._pos = follower.end
+            return True
+        ends = follower is _END or (isinstance(follower, Tag) and follower.kind is TagKind.EOS)
+        self._decide_closers(ends)
+        return True
+
+    def _decide_closers(self, ends_output: bool) -> None:
+        """A run that ends the output (only whitespace and EOS follow) is markup: its closers
+        are dropped (``stray_closer``), the whitespace between them stays text. Any other run
+        is prose, released verbatim (``closer_in_text``). What follows is read as text."""
+        run, self._run_of_closers = self._run_of_closers, []
+        self._go(_TEXT)
+        if ends_output:
+            for i, piece in enumerate(run):  # closer, whitespace, closer, ...
+                if i % 2 == 0:
+                    self._diagnose(
+                        "stray_closer", "dropped a DSML closing tag outside any call", piece
+                    )
+                elif piece:
+                    self._emit_text(piece)
+            return
+        text = "".join(run)
+        self._emit_text(text)
+        channel = "reasoning" if self._reasoning else "content"
+        self._diagnose(
+            "closer_in_text",
+            f"kept DSML closing tags outside any call in the {channel} (text follows them): "
+            f"{text[:200]!r}",
+            "",
+        )
 
     def _after_eos(self) -> bool:
         self._after_eos_text.append(self._buf[self._pos :])
@@ -835,10 +905,9 @@ class Parser:
         block, self._open_block = self._open_block, None
         if block is not None and block.calls:
             self._after_block_close = True
-            self._go(_AFTER_CALLS)
         else:
             self._diagnose("empty_block", "dropped an empty tool-call block", "")
-            self._go(_TEXT)
+        self._go(_AFTER_CALLS)
 
     # ------------------------------------------------------------------ the end
 
