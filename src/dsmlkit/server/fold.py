@@ -114,7 +114,7 @@ async def fold(
     the upstream body, so that what arrived together is written together; each list stays
     one writer ``feed`` call, so the bytes do not depend on how reads fall.
     """
-    answer = AnswerTracker()
+    answer = AnswerTracker(hidden=plan.req.omit_reasoning)
     gate = CallGate(plan.req)
     opening = gate.feed(plan.opening)[0]
     if opening:
@@ -182,9 +182,11 @@ async def fold(
 
 class AnswerTracker:
     """What the model wrote in one answer, collected from its events for
-    :meth:`~.reasoning_store.ReasoningMemory.remember`."""
+    :meth:`~.reasoning_store.ReasoningMemory.remember` (``hidden``: the answer does not
+    show its reasoning to the client)."""
 
-    def __init__(self) -> None:
+    def __init__(self, hidden: bool = False) -> None:
+        self._hidden = hidden
         self._reasoning: list[str] = []
         self._content: list[str] = []
         self._calls: list[ToolCallEnd] = []
@@ -202,7 +204,7 @@ class AnswerTracker:
         """What the model wrote, by call id."""
         reasoning, content = "".join(self._reasoning), "".join(self._content)
         return {
-            call.id: ModelCall(call.name, call.arguments_json, reasoning, content)
+            call.id: ModelCall(call.name, call.arguments_json, reasoning, content, self._hidden)
             for call in self._calls
         }
 
