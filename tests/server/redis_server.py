@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import pytest
@@ -26,15 +26,27 @@ SKIP_REASON = (
 
 
 @contextmanager
-def redis_server(port: int | None = None) -> Iterator[str]:
-    """Start a private redis-server (no persistence) on ``port`` (default: a free one) and
-    yield ``redis://127.0.0.1:PORT/0``."""
+def redis_server(port: int | None = None, options: Sequence[str] = ()) -> Iterator[str]:
+    """Start a private redis-server (no persistence) on ``port`` (default: a free one), with
+    the command-line ``options`` added (``("--maxmemory", "4mb")``), and yield
+    ``redis://127.0.0.1:PORT/0``."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.skip(SKIP_REASON)
     port = port or free_port()
     process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            *options,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

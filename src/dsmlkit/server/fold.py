@@ -114,7 +114,7 @@ async def fold(
     the upstream body, so that what arrived together is written together; each list stays
     one writer ``feed`` call, so the bytes do not depend on how reads fall.
     """
-    answer = AnswerTracker()
+    answer = AnswerTracker(hidden=plan.req.omit_reasoning)
     gate = CallGate(plan.req)
     opening = gate.feed(plan.opening)[0]
     if opening:
@@ -183,9 +183,11 @@ async def fold(
 
 class AnswerTracker:
     """What the model wrote in one answer, collected from its events for
-    :meth:`~.reasoning_store.ReasoningMemory.remember`."""
+    :meth:`~.reasoning_store.ReasoningMemory.remember` (``hidden``: the answer does not
+    show its reasoning to the client)."""
 
-    def __init__(self) -> None:
+    def __init__(self, hidden: bool = False) -> None:
+        self._hidden = hidden
         self._reasoning: list[str] = []
         self._content: list[str] = []
         self._calls: list[ToolCallEnd] = []
@@ -206,7 +208,12 @@ class AnswerTracker:
         upstream = upstream_ids or {}
         return {
             call.id: ModelCall(
-                call.name, call.arguments_json, reasoning, content, upstream.get(call.id)
+                call.name,
+                call.arguments_json,
+                reasoning,
+                content,
+                upstream.get(call.id),
+                self._hidden,
             )
             for call in self._calls
         }

@@ -30,8 +30,9 @@ router = APIRouter()
 _COUNT_TOKENS_MAX_TOKENS = 1
 
 
-#: What the render routes show in place of reasoning that came sealed: the client that
-#: sends a token need not be the one that was shown its text.
+#: What the render routes show in place of reasoning the client was not shown: reasoning
+#: that came sealed (the client that sends a token need not be the one that was shown its
+#: text) and reasoning restored for an answer that did not show it (``display: "omitted"``).
 SEALED_MARKER = "[sealed reasoning]"
 
 
@@ -133,9 +134,10 @@ async def _render(request: Request, adapter: ApiAdapter) -> dict[str, Any]:
     ``stream``) plus the prompt text (exactly as it goes upstream, history and restored
     reasoning included), its length and what dsmlkit knows about it.
 
-    Reasoning that came sealed is never shown: the prompt holds :data:`SEALED_MARKER` in
-    its place and ``token_ids`` is null (they would spell it out); ``prompt_tokens`` still
-    counts the real prompt.
+    Reasoning the client was not shown (``reasoning_sealed``: it came sealed, or was
+    restored for an answer that omitted it) is never shown: the prompt holds
+    :data:`SEALED_MARKER` in its place and ``token_ids`` is null (they would spell it out);
+    ``prompt_tokens`` still counts the real prompt.
     """
     state, record = state_of(request), record_of(request)
     sent, size = await read_json(request)
@@ -158,9 +160,9 @@ async def _render(request: Request, adapter: ApiAdapter) -> dict[str, Any]:
         shown = await run_for_body(size, render_prompt, state, model, _redacted(req))
         shown_ids = None
         notes.append(
-            f"sealed reasoning is shown as {SEALED_MARKER!r} ({', '.join(sealed)}) and "
-            "token_ids are left out; the engine gets the reasoning itself, which "
-            "prompt_tokens counts"
+            f"reasoning the client was not shown (sealed or omitted) is shown as "
+            f"{SEALED_MARKER!r} ({', '.join(sealed)}) and token_ids are left out; the "
+            "engine gets the reasoning itself, which prompt_tokens counts"
         )
     return {
         "request_id": adapter.new_response_id(),
@@ -193,7 +195,7 @@ def _special_spans(result: RenderResult, prompt: str) -> list[list[int]] | None:
 
 
 def _redacted(req: ChatRequest) -> ChatRequest:
-    """``req`` with the reasoning that came sealed replaced by :data:`SEALED_MARKER`."""
+    """``req`` with the reasoning the client was not shown replaced by :data:`SEALED_MARKER`."""
     messages = tuple(
         replace(m, reasoning=SEALED_MARKER) if m.reasoning_sealed else m
         for m in req.conversation.messages
@@ -261,22 +263,25 @@ async def detokenize(request: Request) -> dict[str, str]:
 
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(request: Request) -> JSONResponse:
-    """The prompt's length: its ids, else the engine's count of the text prompt, else the
-    loaded tokenizer's count of the text (approximate when it lacks a template token)."""
-    state = state_of(request)
+    """The length of the prompt ``/v1/messages`` would send (reasoning restored from the
+    store included): its ids, else the engine's count of the text prompt, else the loaded
+    tokenizer's count of the text (approximate when it lacks a template token)."""
+    state, record = state_of(request), record_of(request)
     body, size = await _object(request)
     model = resolve_model(state, body)
     facts = model.engine.facts
     if model.tokenizer is None and (facts is None or facts.token_ids is None):
         model.require_tokenizer()  # the 501
     full = {"max_tokens": _COUNT_TOKENS_MAX_TOKENS, **body}
-    prepared = await _prompt(state, model, MESSAGES, full, size)
+    read, _ = await read_request(state, MESSAGES, model, full, size)
+    req = (await restore_state(state, read, record)).req
+    prepared = await run_for_body(size, render_prompt, state, model, req)
     count = await prompt_length(state, prepared, state.upstream_key)
     if count is None:
         tokenizer = model.require_tokenizer()
         text = prepared.encoded.text
         count = len(await anyio.to_thread.run_sync(tokenizer.encode_text, text, True))
-    record_of(request).prompt_tokens = count
+    record.prompt_tokens = count
     usage = {"input_tokens": count, "context_management": {"original_input_tokens": count}}
     return JSONResponse(usage)
 

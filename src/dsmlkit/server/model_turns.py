@@ -39,6 +39,7 @@ from typing import Any
 
 from dsmlkit.fields import Field
 from dsmlkit.render.conversation import HistoryCall, Message, TextPart, history_arguments
+from dsmlkit.server.state_store import CorruptEntry, load_json
 
 #: Call ids shorter than this are keyed with their conversation: an upstream that numbers
 #: its calls (``call_0``) gives two conversations the same id. The gateway's own ids have 29+.
@@ -46,17 +47,23 @@ MIN_CALL_ID_LENGTH = 16
 _KEY_PREFIX = "turn:"
 
 
+_TEXTS = ("name", "arguments", "reasoning", "content")
+
+
 @dataclass(frozen=True)
 class ModelCall:
     """What the model wrote in the answer that issued one call: the call's name and exact
     arguments JSON, and the answer's reasoning and content; ``upstream_id``: the upstream's
-    own id of the call when the client was given another (see :mod:`.call_ids`)."""
+    own id of the call when the client was given another (see :mod:`.call_ids`);
+    ``reasoning_hidden`` when the answer did not show the reasoning to the client
+    (Anthropic ``display: "omitted"``)."""
 
     name: str
     arguments: str
     reasoning: str
     content: str
     upstream_id: str | None = None
+    reasoning_hidden: bool = False
 
     def dumps(self) -> str:
         fields = asdict(self)
@@ -65,14 +72,29 @@ class ModelCall:
         return json.dumps(fields, ensure_ascii=False)
 
     @classmethod
-    def loads(cls, text: str) -> ModelCall | None:
-        """The stored call; None for a value of another shape."""
-        try:
-            fields = json.loads(text)
-            call = cls(**fields) if isinstance(fields, dict) else None
-        except (ValueError, TypeError):
-            return None
-        return call if call is None or _optional_text(call.upstream_id) else None
+    def loads(cls, text: str) -> ModelCall:
+        """The stored call (an entry stored before ``upstream_id`` or ``reasoning_hidden``
+        existed has none, or false); raises :class:`~.state_store.CorruptEntry` for a value
+        of another form."""
+        fields = load_json(text)
+        if not isinstance(fields, dict):
+            raise CorruptEntry("a stored call must be a JSON object")
+        if not all(isinstance(fields.get(name), str) for name in _TEXTS):
+            raise CorruptEntry(f"a stored call's {', '.join(_TEXTS)} must be strings")
+        upstream_id = fields.get("upstream_id")
+        if not _optional_text(upstream_id):
+            raise CorruptEntry("a stored call's upstream_id must be a string")
+        hidden = fields.get("reasoning_hidden", False)
+        if not isinstance(hidden, bool):
+            raise CorruptEntry("a stored call's reasoning_hidden must be true or false")
+        return cls(
+            fields["name"],
+            fields["arguments"],
+            fields["reasoning"],
+            fields["content"],
+            upstream_id,
+            hidden,
+        )
 
 
 class Digests:

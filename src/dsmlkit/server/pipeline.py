@@ -46,6 +46,7 @@ from dsmlkit.api.adapters import (
     StreamWriter,
 )
 from dsmlkit.api.errors import ApiError
+from dsmlkit.errors import InvalidRequest
 from dsmlkit.parse import Event, MessageCollector
 from dsmlkit.server.apis import upstream_api_error
 from dsmlkit.server.errors import UpstreamError
@@ -63,7 +64,7 @@ from dsmlkit.server.plan import (
     uncounted_bound,
 )
 from dsmlkit.server.reqlog import RequestRecord, log_event
-from dsmlkit.server.response_store import save, stored_history
+from dsmlkit.server.response_store import save, stored_history, unreadable_history
 from dsmlkit.server.restore import Restored, restore
 from dsmlkit.server.state import ServedModel, ServerState, record_of, state_of
 from dsmlkit.server.state_store import StateStoreUnavailable
@@ -185,7 +186,13 @@ async def read_request(
         history, links = await stored_history(state.reasoning, body)
     signatures = state.reasoning.signer
     context = ReadContext(model.dialect, state.keys, state.render_cache, signatures, history)
-    return await run_for_body(size, adapter.read, body, context), links
+    try:
+        return await run_for_body(size, adapter.read, body, context), links
+    except InvalidRequest as exc:
+        unreadable = unreadable_history(body, exc) if history else None
+        if unreadable is None:
+            raise
+        raise unreadable from exc
 
 
 async def restore_state(state: ServerState, req: ChatRequest, record: RequestRecord) -> Restored:

@@ -22,7 +22,13 @@ turns carry no signature: a turn with an empty or missing ``reasoning_content`` 
 ``reasoning`` gets the stored reasoning, one with reasoning is used as sent.
 
 Store failures never fail a request: the answer is served without restoration, the
-failure is logged and ``/ready`` reports the store (``check``).
+failure is logged and ``/ready`` reports the store (``check``). Reads and writes are
+logged apart (:class:`StoreOutage`), since a full store refuses writes and still reads. A
+stored value that is not a call's is a miss (:func:`.state_store.get_decoded`).
+
+Reasoning the client was not shown (``thinking.display: "omitted"``) is stored marked so
+(``ModelCall.reasoning_hidden``): restored, it is rendered upstream but, like reasoning
+that came sealed, never shown by the render routes.
 """
 
 from __future__ import annotations
@@ -34,7 +40,12 @@ from typing import Any
 from dsmlkit.server.model_turns import Digests, ModelCall
 from dsmlkit.server.reqlog import log_event
 from dsmlkit.server.sealing import KeyRing
-from dsmlkit.server.state_store import DEFAULT_TTL, StateStore, StateStoreUnavailable
+from dsmlkit.server.state_store import (
+    DEFAULT_TTL,
+    StateStore,
+    StateStoreUnavailable,
+    get_decoded,
+)
 
 LOGGER = logging.getLogger("dsmlkit.server")
 
@@ -62,15 +73,65 @@ class ThinkingSigner:
         return self.ring.open(token, model, "thinking")
 
 
+class StoreOutage:
+    """Whether one kind of store operation (``read`` or ``write``) is failing: a log line
+    when it starts failing and one when it works again, not one per request."""
+
+    def __init__(self, store: StateStore, operation: str, effect: str) -> None:
+        self.store = store
+        self.operation = operation
+        self.effect = effect
+        self.failing = False
+
+    def failed(self, exc: StateStoreUnavailable) -> str:
+        """Note a failure (logged if it is the first); its message, for the request log."""
+        if not self.failing:
+            self.failing = True
+            log_event(
+                LOGGER,
+                logging.WARNING,
+                f"state_store_unavailable: {self.operation}: {exc.message}",
+                {
+                    "event": "state_store_unavailable",
+                    "store": self.store.description,
+                    "operation": self.operation,
+                    "error": exc.message,
+                    "effect": self.effect,
+                },
+            )
+        return exc.message
+
+    def worked(self) -> None:
+        """Note a success (logged if the operation was failing)."""
+        if self.failing:
+            self.failing = False
+            log_event(
+                LOGGER,
+                logging.WARNING,
+                f"state_store_recovered: {self.operation}",
+                {
+                    "event": "state_store_recovered",
+                    "store": self.store.description,
+                    "operation": self.operation,
+                },
+            )
+
+
 class ReasoningMemory:
     """What the model wrote, reasoning included, by call id in a :class:`StateStore`; see the
-    module docstring (and :mod:`.model_turns`) for the rules."""
+    module docstring (and :mod:`.model_turns`) for the rules. Its ``reads`` and ``writes``
+    note the store's outages for every user of the store (the Responses API's too)."""
 
     def __init__(self, store: StateStore, signer: ThinkingSigner, ttl: float = DEFAULT_TTL) -> None:
         self.store = store
         self.signer = signer
         self.ttl = ttl
-        self._failing = False
+        self.reads = StoreOutage(
+            store, "read", "requests are served without stored state; previous_response_id: 503"
+        )
+        self.writes = StoreOutage(
+            store, "write", "answers are served but not stored (no reasoning round trip for them)"
+        )
 
     async def remember(self, calls: Mapping[str, ModelCall], digests: Digests) -> str | None:
         """Store what the model wrote in one answer under each of its call ids (short ids
@@ -86,8 +147,8 @@ class ReasoningMemory:
         try:
             await self.store.put_many(items, self.ttl)
         except StateStoreUnavailable as exc:
-            return self._failed(exc)
-        self._recovered()
+            return self.writes.failed(exc)
+        self.writes.worked()
         return None
 
     async def calls(self, keys: dict[Any, str]) -> tuple[dict[Any, ModelCall], str | None]:
@@ -96,35 +157,8 @@ class ReasoningMemory:
         if not keys:
             return {}, None
         try:
-            values = await self.store.get_many(set(keys.values()))
+            values = await get_decoded(self.store, set(keys.values()), ModelCall.loads)
         except StateStoreUnavailable as exc:
-            return {}, self._failed(exc)
-        self._recovered()
-        found = {name: ModelCall.loads(values[key]) for name, key in keys.items() if key in values}
-        return {name: call for name, call in found.items() if call is not None}, None
-
-    def _failed(self, exc: StateStoreUnavailable) -> str:
-        if not self._failing:
-            self._failing = True
-            log_event(
-                LOGGER,
-                logging.WARNING,
-                f"state_store_unavailable: {exc.message}",
-                {
-                    "event": "state_store_unavailable",
-                    "store": self.store.description,
-                    "error": exc.message,
-                    "effect": "answers are served without the reasoning round trip",
-                },
-            )
-        return exc.message
-
-    def _recovered(self) -> None:
-        if self._failing:
-            self._failing = False
-            log_event(
-                LOGGER,
-                logging.WARNING,
-                "state_store_recovered",
-                {"event": "state_store_recovered", "store": self.store.description},
-            )
+            return {}, self.reads.failed(exc)
+        self.reads.worked()
+        return {name: values[key] for name, key in keys.items() if key in values}, None

@@ -7,7 +7,9 @@ every assistant turn with calls the gateway issued gets
 
 * the reasoning the gateway remembered for them when the turn has none, or only reasoning
   the reader could not verify (``reasoning_trusted`` false: an Anthropic thinking block
-  without the gateway's signature, a sealed Responses token that does not open here);
+  without the gateway's signature, a sealed Responses token that does not open here),
+  marked ``reasoning_sealed`` when the answer did not show it to the client (so that the
+  render routes do not show it either);
 * the model's own words where the client did not really change them
   (:func:`.model_turns.reconcile`);
 * the upstream's own ids of the calls whose client got another id, in the calls and in
@@ -88,9 +90,14 @@ async def restore(memory: ReasoningMemory, req: ChatRequest) -> Restored:
 def _restored_turn(message: Message, calls: dict[str, ModelCall], result: Restored) -> Message:
     if not calls:
         return message
-    reasoning = next((c.reasoning for c in calls.values() if c.reasoning), None)
+    stored = next((c for c in calls.values() if c.reasoning), None)
     dropped = not message.reasoning or not message.reasoning_trusted
-    if dropped and reasoning is not None:
-        message = replace(message, reasoning=reasoning, reasoning_trusted=True)
+    if dropped and stored is not None:
+        message = replace(
+            message,
+            reasoning=stored.reasoning,
+            reasoning_trusted=True,
+            reasoning_sealed=stored.reasoning_hidden,
+        )
         result.reasoning += 1
     return reconcile(message, calls, result.changed)

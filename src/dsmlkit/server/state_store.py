@@ -5,8 +5,14 @@ go first, every entry expires; one process only), ``sqlite:PATH`` (a file that s
 restarts) or ``redis://HOST:PORT/DB`` (shared by several gateway replicas). Values are
 strings, written with a time to live. Every operation that fails raises
 :class:`StateStoreUnavailable`; the callers decide what a missing state means (the
-reasoning round trip answers without it).
+reasoning round trip answers without it). Its message is for the log: it may name the
+store's address and the store's own error, so no error body quotes it.
 A setting that cannot be used raises :class:`StateSettingError` when the store is opened.
+
+What a value holds is its user's business, but every user reads its values through
+:func:`get_decoded` with a decoder that raises :class:`CorruptEntry` for a value not of its
+kind's form (bad JSON, wrong types or shape, :func:`load_json` for the JSON part): such an
+entry is a miss, logged with its key, never a failed request.
 
 Users: :mod:`dsmlkit.server.reasoning_store` (what the model wrote, by call id) and the
 Responses API (``store`` / ``previous_response_id``). Keys are namespaced by the caller
@@ -15,18 +21,24 @@ Responses API (``store`` / ``previous_response_id``). Keys are namespaced by the
 
 from __future__ import annotations
 
+import json
+import logging
 import sqlite3
 import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio.to_thread
 
 from dsmlkit.errors import CallerError, DsmlkitError, install_hint
+from dsmlkit.server.reqlog import log_event
+
+LOGGER = logging.getLogger("dsmlkit.server")
+T = TypeVar("T")
 
 #: How long an entry lives unless the caller says otherwise (seconds).
 DEFAULT_TTL = 24 * 3600.0
@@ -37,7 +49,7 @@ DEFAULT_MEMORY_BYTES = 256 * 1024 * 1024
 ENTRY_OVERHEAD = 220
 #: Redis operations give up after this long, so a dead Redis never stalls a request.
 REDIS_TIMEOUT = 0.5
-#: After a failure the Redis store answers "unavailable" at once for this long.
+#: After Redis did not answer, the Redis store answers "unavailable" at once for this long.
 REDIS_BACKOFF = 2.0
 
 
@@ -48,6 +60,11 @@ class StateStoreUnavailable(DsmlkitError):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class CorruptEntry(DsmlkitError, ValueError):
+    """A stored value that is not of the form its kind has; the message says what is wrong
+    with it in words of its own (never quoting the value)."""
 
 
 class StateSettingError(CallerError):
@@ -94,6 +111,41 @@ class StateStore(Protocol):
 async def get_one(store: StateStore, key: str) -> str | None:
     """One value, or None."""
     return (await store.get_many([key])).get(key)
+
+
+async def get_decoded(
+    store: StateStore, keys: Iterable[str], decode: Callable[[str], T]
+) -> dict[str, T]:
+    """The values of those ``keys`` that exist, each read by ``decode``; a value it refuses
+    with :class:`CorruptEntry` is left out (a miss) and logged at warning with its key and
+    what is wrong, never its value. Raises :class:`StateStoreUnavailable` as ``get_many``."""
+    decoded: dict[str, T] = {}
+    for key, value in (await store.get_many(keys)).items():
+        try:
+            decoded[key] = decode(value)
+        except CorruptEntry as exc:
+            log_event(
+                LOGGER,
+                logging.WARNING,
+                f"state_entry_corrupt: {key}: {exc}",
+                {
+                    "event": "state_entry_corrupt",
+                    "store": store.description,
+                    "key": key,
+                    "error": str(exc),
+                    "effect": "the entry is read as missing",
+                },
+            )
+    return decoded
+
+
+def load_json(value: str) -> Any:
+    """The JSON ``value`` holds; :class:`CorruptEntry` when it is not JSON (or nests too
+    deep to read)."""
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError) as exc:
+        raise CorruptEntry(f"not JSON ({type(exc).__name__})") from None
 
 
 def open_store(setting: str, *, max_bytes: int = DEFAULT_MEMORY_BYTES) -> StateStore:
@@ -273,8 +325,12 @@ class RedisStore:
     """Redis through the ``redis`` package's asyncio client (pooled, with timeouts).
 
     Keys get a ``dsmlkit:`` prefix and Redis's own expiry; eviction beyond that is
-    Redis's ``maxmemory-policy``. After a failure the store fails fast for
-    :data:`REDIS_BACKOFF` seconds instead of waiting on a dead server in every request.
+    Redis's ``maxmemory-policy``. After Redis did not answer (connection refused or lost,
+    timeout) the store fails fast for :data:`REDIS_BACKOFF` seconds instead of waiting on
+    a dead server in every request. An error Redis answers with (``OOM`` when
+    ``maxmemory`` is reached under ``noeviction``, ``READONLY`` on a replica) took one
+    round trip and fails that operation only: a full Redis refuses writes and keeps
+    serving reads.
     """
 
     _PREFIX = "dsmlkit:"
@@ -286,9 +342,13 @@ class RedisStore:
             raise StateSettingError(
                 f"--state redis://… needs the redis package: {install_hint('server')}"
             ) from exc
-        from redis.exceptions import RedisError
+        from redis.exceptions import ConnectionError as NoConnection
+        from redis.exceptions import RedisError, ResponseError
+        from redis.exceptions import TimeoutError as NoAnswer
 
+        self._unanswered: tuple[type[Exception], ...] = (NoConnection, NoAnswer, OSError)
         self._errors: tuple[type[Exception], ...] = (RedisError, OSError)
+        self._refusal = ResponseError
         try:
             self._client = aioredis.Redis.from_url(
                 url,
@@ -315,13 +375,18 @@ class RedisStore:
         if not items:
             return
 
-        async def write() -> None:
-            async with self._client.pipeline(transaction=False) as pipe:
-                for key, value in items.items():
-                    pipe.set(self._PREFIX + key, value, px=max(1, int(ttl * 1000)))
-                await pipe.execute()
+        await self._call(self._write, items, ttl)
 
-        await self._call(write)
+    async def _write(self, items: Mapping[str, str], ttl: float) -> None:
+        """One pipeline of SETs. Its errors are taken as Redis answered them: redis-py
+        would otherwise raise the first one with the command, key and value, quoted."""
+        async with self._client.pipeline(transaction=False) as pipe:
+            for key, value in items.items():
+                pipe.set(self._PREFIX + key, value, px=max(1, int(ttl * 1000)))
+            results = await pipe.execute(raise_on_error=False)
+        for result in results:
+            if isinstance(result, self._refusal):
+                raise result
 
     async def check(self) -> StoreHealth:
         try:
@@ -340,8 +405,9 @@ class RedisStore:
         try:
             result = await operation(*args)
         except self._errors as exc:
-            self._failed_at = time.monotonic()
-            self._last_error = f"{type(exc).__name__}: {exc}"
-            raise StateStoreUnavailable(f"{self.description}: {self._last_error}") from exc
+            error = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, self._unanswered):
+                self._failed_at, self._last_error = time.monotonic(), error
+            raise StateStoreUnavailable(f"{self.description}: {error}") from exc
         self._failed_at = None
         return result
