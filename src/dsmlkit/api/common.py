@@ -204,7 +204,7 @@ class OutputReader:
     ``completed``: how many calls the prefix completes (:func:`calls_completed`).
     """
 
-    def __init__(self, parser: Parser, result: RenderResult, completed: int = 0) -> None:
+    def __init__(self, parser: Parser, result: RenderResult, completed: int) -> None:
         self._parser = parser
         prefix = result.output_prefix
         events = parser.feed(prefix) if prefix else []
@@ -214,7 +214,7 @@ class OutputReader:
         self._completed = completed
         #: the start and argument fragments of a call the prefix left open, still to send
         self._reopened = [e for e in events if _call_event(e) and e.index >= completed]
-        self._called = False  # the answer holds a call
+        self._called = False  # the answer holds a call (counted once the prefix has one)
 
     def feed(self, text: str) -> list[Event]:
         return self._own(self._cut_held(self._parser.feed(text)))
@@ -234,8 +234,7 @@ class OutputReader:
                 if event.index < self._completed:
                     continue
                 self._called = True
-                if self._completed:
-                    event = replace(event, index=event.index - self._completed)
+                event = replace(event, index=event.index - self._completed)
             elif isinstance(event, OutputEnd) and event.finish_reason == "tool_calls":
                 event = event if self._called else OutputEnd("stop")
             kept.append(event)
