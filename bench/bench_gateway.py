@@ -107,6 +107,17 @@ def reply_pieces(reasoning: int, content: int, argument: int) -> tuple[str, ...]
 
 SMALL_PIECES = ("Hi", " ~0000 there", ", how", " can I", " help?")
 HELD_PIECES = tuple(f"held ~{n:04d} " for n in range(HOLD_CHUNKS))
+#: The load's tool: the ``write_file`` of every reply (the gateway lets through only calls
+#: to tools a request declares).
+NOTES_TOOL = {
+    "name": "write_file",
+    "description": "Write a file.",
+    "schema": {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+        "required": ["path", "content"],
+    },
+}
 #: The agent phase's tool: Claude Code's Edit, whose replace_all the client fills in.
 EDIT_TOOL = {
     "name": "Edit",
@@ -380,17 +391,28 @@ def stop_profiler(profiler: subprocess.Popen[bytes] | None) -> None:
 
 
 def request_body(api: str, kind: str, number: int) -> dict[str, Any]:
+    """A load request, declaring the tool its reply calls."""
     ask = "say hello." if kind == "Small" else "write the notes file."
     messages = [{"role": "user", "content": f"{kind} request {number}: {ask}"}]
     if api == "openai":
-        return {"model": "m", "messages": messages, "stream": True}
+        return {"model": "m", "messages": messages, "stream": True, "tools": tools(api, NOTES_TOOL)}
     return {
         "model": "m",
         "max_tokens": 4096,
         "messages": messages,
         "stream": True,
         "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "tools": tools(api, NOTES_TOOL),
     }
+
+
+def tools(api: str, tool: dict[str, Any]) -> list[dict[str, Any]]:
+    """``tool`` (name, description, schema) declared in ``api``'s spelling."""
+    name, description, schema = tool["name"], tool["description"], tool["schema"]
+    if api == "openai":
+        function = {"name": name, "description": description, "parameters": schema}
+        return [{"type": "function", "function": function}]
+    return [{"name": name, "description": description, "input_schema": schema}]
 
 
 async def engine_stats(client: httpx.AsyncClient, engine_url: str) -> tuple[float, int] | None:
@@ -663,20 +685,14 @@ async def measure(
 
 def agent_body(api: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
     """A thinking-mode request of an agent conversation, with the Edit tool."""
-    name, description, schema = EDIT_TOOL["name"], EDIT_TOOL["description"], EDIT_TOOL["schema"]
     if api == "openai":
-        function = {"name": name, "description": description, "parameters": schema}
-        return {
-            "model": "m",
-            "messages": messages,
-            "tools": [{"type": "function", "function": function}],
-        }
+        return {"model": "m", "messages": messages, "tools": tools(api, EDIT_TOOL)}
     return {
         "model": "m",
         "max_tokens": 4096,
         "messages": messages,
         "thinking": {"type": "enabled", "budget_tokens": 1024},
-        "tools": [{"name": name, "description": description, "input_schema": schema}],
+        "tools": tools(api, EDIT_TOOL),
     }
 
 

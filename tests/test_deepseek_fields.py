@@ -14,7 +14,16 @@ from dsmlkit.api.common import (
     DEFAULT_MAX_TOKENS_THINKING,
 )
 from dsmlkit.dialects import EOS
-from dsmlkit.parse import ContentDelta, Event, MessageCollector
+from dsmlkit.parse import (
+    ArgumentsDelta,
+    ContentDelta,
+    Diagnostic,
+    Event,
+    MessageCollector,
+    OutputEnd,
+    ToolCallEnd,
+    ToolCallStart,
+)
 from dsmlkit.render import RenderResult, render_conversation
 
 USER = {"role": "user", "content": "Hi"}
@@ -178,6 +187,45 @@ def test_the_parser_starts_where_the_prefix_left_the_model() -> None:
     ]
     assert message.content == ""
     assert not any(isinstance(event, ContentDelta) for event in events)
+    # the call the prefix opened is started again, with its fragments whole
+    assert isinstance(events[0], ToolCallStart) and events[0].index == 0
+    [end] = [event for event in events if isinstance(event, ToolCallEnd)]
+    fragments = [event.text for event in events if isinstance(event, ArgumentsDelta)]
+    assert "".join(fragments) == end.arguments_json
+
+
+#: An Anthropic prefill that ends in the client's own call (its value's last fragment and
+#: the call's end are held back by the parser until more text comes).
+OWN_CALL = {"type": "tool_use", "id": "toolu_own", "name": "bash", "input": {"cmd": "ls"}}
+CALL_PREFILL = [USER, {"role": "assistant", "content": [{"type": "text", "text": "A"}, OWN_CALL]}]
+
+
+def test_a_prefill_ending_in_a_call_continues_after_it() -> None:
+    req = parse_request("anthropic", anthropic(messages=CALL_PREFILL))
+    result = render_conversation(req.conversation, req.render)
+    assert result.output_prefix.endswith("</｜DSML｜ calls>")
+    parser = req.output_parser(result)
+    events = parser.feed("Done.") + parser.close("stop")
+    assert [type(event) for event in events if not isinstance(event, Diagnostic)] == [
+        ContentDelta,
+        OutputEnd,
+    ]
+    assert events[-1] == OutputEnd("stop")
+
+
+def test_a_call_after_a_prefilled_call_is_numbered_from_0() -> None:
+    req = parse_request("anthropic", anthropic(messages=CALL_PREFILL))
+    parser = req.output_parser(render_conversation(req.conversation, req.render))
+    block = (
+        '\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name="now">\n</｜DSML｜ invoke>\n</｜DSML｜ calls>'
+    )
+    events = parser.feed(block) + parser.close("stop")
+    calls = [event for event in events if isinstance(event, ToolCallStart | ToolCallEnd)]
+    assert [(type(call), call.index, call.name) for call in calls] == [
+        (ToolCallStart, 0, "now"),
+        (ToolCallEnd, 0, "now"),
+    ]
+    assert events[-1] == OutputEnd("tool_calls")
 
 
 def test_prefix_only_on_the_final_assistant_message() -> None:

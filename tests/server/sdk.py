@@ -39,6 +39,23 @@ def _arguments(text: str) -> dict[str, Any]:
     return arguments
 
 
+def declared(api: str, *names: str) -> dict[str, Any]:
+    """``tools`` (for :func:`ask`) declaring ``names`` with any arguments, in ``api``'s
+    spelling (Chat's for Responses, which :func:`ask` converts); none for no names. The
+    gateway lets through only calls to declared tools."""
+    unique = dict.fromkeys(names)
+    if not unique:
+        return {}
+    if api == "anthropic":
+        return {"tools": [{"name": name, "input_schema": {"type": "object"}} for name in unique]}
+    return {
+        "tools": [
+            {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+            for name in unique
+        ]
+    }
+
+
 def ask(gateway: Gateway, api: str, stream: bool, *, thinking: bool, **extra: Any) -> Answer:
     """One request with a single user turn (plus ``extra`` request fields)."""
     messages = extra.pop("messages", [{"role": "user", "content": "go"}])

@@ -10,7 +10,7 @@ from dsmlkit.dialects import ASCII_MARKER, V4, V4_1
 from tests.helpers import write_block
 from tests.server.conftest import HOSTED_MODELS, Gateway
 from tests.server.fake_engine import FakeEngine, Reply
-from tests.server.sdk import ask
+from tests.server.sdk import ask, declared
 
 APIS = [("openai", False), ("openai", True), ("anthropic", False), ("anthropic", True)]
 API_IDS = ["openai", "openai-stream", "anthropic", "anthropic-stream"]
@@ -28,7 +28,7 @@ def test_leaked_dsml_in_content_is_repaired_into_calls(
     chat_gateway: Gateway, api: str, stream: bool
 ) -> None:
     chat_gateway.engine.push(Reply(content=LEAKED, chunk_size=3))
-    answer = ask(chat_gateway, api, stream, thinking=False)
+    answer = ask(chat_gateway, api, stream, thinking=False, **declared(api, "get_weather", "note"))
     assert answer.content == "Let me check."
     assert _names_and_args(answer) == [("get_weather", {"city": "Paris"}), ("note", NOTE)]
     assert answer.finish == ("tool_calls" if api == "openai" else "tool_use")
@@ -40,7 +40,7 @@ def test_leaked_dsml_in_reasoning_is_repaired(
 ) -> None:
     block = write_block(V4, [("search", {"q": "dsml"})], marker=ASCII_MARKER)
     chat_gateway.engine.push(Reply(reasoning="Search first." + block, chunk_size=4))
-    answer = ask(chat_gateway, api, stream, thinking=True)
+    answer = ask(chat_gateway, api, stream, thinking=True, **declared(api, "search"))
     assert answer.reasoning == "Search first."
     assert answer.content == ""
     assert _names_and_args(answer) == [("search", {"q": "dsml"})]
@@ -54,7 +54,8 @@ def test_proper_tool_calls_pass_through_after_repaired_ones(
     chat_gateway.engine.push(
         Reply(content=LEAKED, tool_calls=(proper,), finish_reason="tool_calls", chunk_size=5)
     )
-    answer = ask(chat_gateway, api, stream, thinking=False)
+    tools = declared(api, "get_weather", "note", "get_time")
+    answer = ask(chat_gateway, api, stream, thinking=False, **tools)
     assert _names_and_args(answer) == [
         ("get_weather", {"city": "Paris"}),
         ("note", NOTE),

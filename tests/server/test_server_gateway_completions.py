@@ -13,7 +13,7 @@ from dsmlkit.render.tokens import load_tokenizer
 from tests.helpers import write_block
 from tests.server.conftest import Gateway
 from tests.server.fake_engine import Reply
-from tests.server.sdk import ask
+from tests.server.sdk import ask, declared
 from tests.test_api_tool_search import TOOLS as TOOL_SEARCH_TOOLS
 from tests.test_api_tool_search import tool_use
 
@@ -41,8 +41,9 @@ def test_recorded_outputs_reach_both_apis_intact(
     completions_gateway: Gateway, vector: dict[str, Any], api: str, stream: bool
 ) -> None:
     completions_gateway.engine.push(Reply(text=vector["text"], chunk_size=3))
-    answer = ask(completions_gateway, api, stream, thinking=vector["mode"] == "thinking")
     expected = vector["expected"]
+    tools = declared(api, *[call["name"] for call in expected["calls"]])
+    answer = ask(completions_gateway, api, stream, thinking=vector["mode"] == "thinking", **tools)
     assert answer.content == (expected.get("content") or "")
     assert answer.reasoning == (expected.get("reasoning") or "")
     assert [(name, args) for _, name, args in answer.calls] == [
@@ -168,7 +169,8 @@ def test_parallel_calls_keep_order_and_indexes(
             text="Thinking it over.</think>Three lookups." + write_block(V4_1, calls), chunk_size=2
         )
     )
-    answer = ask(completions_gateway, api, stream, thinking=True)
+    tools = declared(api, "get_weather", "get_time")
+    answer = ask(completions_gateway, api, stream, thinking=True, **tools)
     assert answer.reasoning == "Thinking it over."
     assert answer.content == "Three lookups."
     assert [(name, args) for _, name, args in answer.calls] == calls

@@ -23,7 +23,7 @@ from dsmlkit.server.sealing import KeyRing
 from tests.helpers import write_block
 from tests.server.conftest import Gateway
 from tests.server.fake_engine import FakeEngine, Reply
-from tests.server.sdk import ask
+from tests.server.sdk import ask, declared
 
 DATA = Path(__file__).parent.parent / "data"
 VECTORS = [
@@ -39,8 +39,10 @@ def test_recorded_outputs_reach_responses_clients_intact(
     completions_gateway: Gateway, vector: dict[str, Any], stream: bool
 ) -> None:
     completions_gateway.engine.push(Reply(text=vector["text"], chunk_size=3))
-    answer = ask(completions_gateway, "responses", stream, thinking=vector["mode"] == "thinking")
     expected = vector["expected"]
+    tools = declared("responses", *[call["name"] for call in expected["calls"]])
+    thinking = vector["mode"] == "thinking"
+    answer = ask(completions_gateway, "responses", stream, thinking=thinking, **tools)
     assert answer.content == (expected.get("content") or "")
     assert answer.reasoning == (expected.get("reasoning") or "")
     assert [(name, args) for _, name, args in answer.calls] == [
@@ -53,7 +55,9 @@ def test_recorded_outputs_reach_responses_clients_intact(
 @pytest.mark.parametrize("stream", [False, True], ids=["create", "stream"])
 def test_leaked_dsml_from_a_chat_upstream_is_repaired(chat_gateway: Gateway, stream: bool) -> None:
     chat_gateway.engine.push(Reply(content="Let me check." + WEATHER, chunk_size=4))
-    answer = ask(chat_gateway, "responses", stream, thinking=False)
+    answer = ask(
+        chat_gateway, "responses", stream, thinking=False, **declared("responses", "get_weather")
+    )
     assert answer.content == "Let me check."
     assert [(name, args) for _, name, args in answer.calls] == [
         ("get_weather", {"city": "Paris", "days": 2})

@@ -8,8 +8,8 @@ rule the two have in common, so each exists once.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard
 
 from dsmlkit.dialects import Dialect
 from dsmlkit.errors import InvalidRequest
@@ -19,11 +19,14 @@ from dsmlkit.parse import (
     ContentDelta,
     Diagnostic,
     Event,
+    OutputEnd,
     ParsedMessage,
     Parser,
     ReasoningDelta,
     StartIn,
     ToolCall,
+    ToolCallEnd,
+    ToolCallStart,
 )
 from dsmlkit.render import RenderOptions, RenderResult
 from dsmlkit.render.conversation import Conversation, Tool
@@ -156,7 +159,9 @@ class ChatRequest:
         completion), the parser first reads that message's text (``result.output_prefix``)
         and drops what it makes of it: the answer holds only what the model added.
         """
-        return OutputReader(self.new_parser(result.output_starts_in, id_factory), result)
+        start = result.output_starts_in
+        completed = calls_completed(self.new_parser(start), result.output_prefix)
+        return OutputReader(self.new_parser(start, id_factory), result, completed)
 
     def options(self) -> dict[str, Any]:
         """The request options in OpenAI chat-completion names (only those that apply)."""
@@ -189,22 +194,51 @@ class OutputReader:
 
     Text the parser held back at the end of the prefix (a trailing newline, a ``<`` that
     might open a tag) comes out with the first events of the continuation; it is the
-    client's own text, so it is cut from them.
+    client's own text, so it is cut from them. So are the calls the prefix completes (the
+    client's own: a prefill that ends in a tool call), whose last events the parser may
+    also hold back until more text comes. A call the prefix opened and left open is the
+    model's to finish: it is started again, with the argument fragments the prefix gave
+    it, before the continuation's first events. The calls of the answer are numbered from
+    0, and it finishes ``tool_calls`` only when it holds one.
+
+    ``completed``: how many calls the prefix completes (:func:`calls_completed`).
     """
 
-    def __init__(self, parser: Parser, result: RenderResult) -> None:
+    def __init__(self, parser: Parser, result: RenderResult, completed: int) -> None:
         self._parser = parser
         prefix = result.output_prefix
         events = parser.feed(prefix) if prefix else []
         shown = "".join(e.text for e in events if isinstance(e, ContentDelta | ReasoningDelta))
         plain_text = all(isinstance(e, ContentDelta | ReasoningDelta) for e in events)
         self._held = prefix[len(shown) :] if plain_text and prefix.startswith(shown) else ""
+        self._completed = completed
+        #: the start and argument fragments of a call the prefix left open, still to send
+        self._reopened = [e for e in events if _call_event(e) and e.index >= completed]
+        self._called = False  # the answer holds a call (counted once the prefix has one)
 
     def feed(self, text: str) -> list[Event]:
-        return self._cut_held(self._parser.feed(text))
+        return self._own(self._cut_held(self._parser.feed(text)))
 
     def close(self, finish_reason: str | None = None) -> list[Event]:
-        return self._cut_held(self._parser.close(finish_reason))
+        return self._own(self._cut_held(self._parser.close(finish_reason)))
+
+    def _own(self, events: list[Event]) -> list[Event]:
+        """The answer's events: the prefix's complete calls cut, the others renumbered."""
+        if self._reopened:
+            events, self._reopened = [*self._reopened, *events], []
+        if not self._completed:
+            return events  # every call the parser reports is the answer's
+        kept: list[Event] = []
+        for event in events:
+            if _call_event(event):
+                if event.index < self._completed:
+                    continue
+                self._called = True
+                event = replace(event, index=event.index - self._completed)
+            elif isinstance(event, OutputEnd) and event.finish_reason == "tool_calls":
+                event = event if self._called else OutputEnd("stop")
+            kept.append(event)
+        return kept
 
     def _cut_held(self, events: list[Event]) -> list[Event]:
         if not self._held:
@@ -223,6 +257,19 @@ class OutputReader:
                 self._held = ""
             kept.append(event)
         return kept
+
+
+def _call_event(event: Event) -> TypeGuard[ToolCallStart | ArgumentsDelta | ToolCallEnd]:
+    return isinstance(event, ToolCallStart | ArgumentsDelta | ToolCallEnd)
+
+
+def calls_completed(parser: Parser, prefix: str) -> int:
+    """How many calls ``prefix`` completes, read to its end by a fresh ``parser`` (the calls
+    complete in order, so they are the first ones)."""
+    if not prefix:
+        return 0
+    events = parser.feed(prefix) + parser.close("stop")
+    return sum(isinstance(event, ToolCallEnd) for event in events)
 
 
 def resolve_max_tokens(

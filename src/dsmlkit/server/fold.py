@@ -3,10 +3,10 @@ streams back into the parser events the client's answer is written from.
 
 Upstream failures raise :class:`~dsmlkit.errors.UpstreamError` (the pipeline answers them
 in the client's API shape: a status before the stream starts, an error event after). What
-reaches the client passes a :class:`CallGate`, which enforces ``tool_choice`` and
-``parallel_tool_calls`` whatever the engine wrote (the plan stage's part of forcing a call
-is :mod:`.forced`); what the model wrote is remembered under its call ids before the last
-events go out.
+reaches the client passes a :class:`CallGate`, which lets through only calls to tools the
+request declares and enforces ``tool_choice`` and ``parallel_tool_calls`` whatever the
+engine wrote (the plan stage's part of forcing a call is :mod:`.forced`); what the model
+wrote is remembered under its call ids before the last events go out.
 """
 
 from __future__ import annotations
@@ -273,17 +273,21 @@ CUT_DIAGNOSTIC = Diagnostic(
     "parallel_tool_calls_cut",
     "parallel_tool_calls is false: the answer was cut before its second call",
 )
-#: The kind of the diagnostic that stands for a call ``tool_choice`` kept from the client.
+#: The kind of the diagnostic that stands for a call kept from the client (an undeclared
+#: tool, or one ``tool_choice`` forbids).
 HELD_BACK = "tool_call_held_back"
 
 
 class CallGate:
     """The calls of one answer that may reach the client, enforced on the parser's events.
 
-    * ``tool_choice`` ``none`` (on a request with tools) lets no call through; a named
-      function only calls to that function. A call held back is taken out whole (start,
-      argument fragments, end) and stands as one :data:`HELD_BACK` diagnostic naming it,
-      whose ``text`` is the arguments as the model wrote them: kept, not dropped.
+    * Only calls to tools the request declares pass (deferred ones included); a request
+      without tools lets no call through.
+    * ``tool_choice`` ``none`` lets no call through; a named function only calls to that
+      function.
+    * A call held back is taken out whole (start, argument fragments, end) and stands as
+      one :data:`HELD_BACK` diagnostic naming it and the rule it broke, whose ``text`` is
+      the arguments as the model wrote them: kept, not dropped.
     * ``parallel_tool_calls: false``: :meth:`feed` stops before a second call that would
       pass and says so (the caller closes the upstream and ends with :func:`cut_ending`).
     * Calls that pass are numbered 0, 1, … again; an answer whose calls were all held back
@@ -291,12 +295,12 @@ class CallGate:
     """
 
     def __init__(self, req: ChatRequest) -> None:
-        choice = req.conversation.tool_choice
-        self._none = bool(req.conversation.tools) and choice.mode == "none"
-        self._only = choice.name
+        self._declared = {tool.name for tool in req.conversation.tools}
+        self._choice = req.conversation.tool_choice
         self._one_call = req.one_call_only
         self._passing: dict[int, int] = {}  # parser index → client index, of calls let through
-        self._held: dict[int, tuple[str, list[str]]] = {}  # parser index → name, fragments
+        #: parser index → name, the rule it broke, argument fragments
+        self._held: dict[int, tuple[str, str, list[str]]] = {}
         #: Calls let through so far, and the names of those held back.
         self.passed = 0
         self.held_back: list[str] = []
@@ -306,8 +310,9 @@ class CallGate:
         out: list[Event] = []
         for event in events:
             if isinstance(event, ToolCallStart):
-                if not self._allowed(event.name):
-                    self._held[event.index] = (event.name, [])
+                broken = self._broken_rule(event.name)
+                if broken is not None:
+                    self._held[event.index] = (event.name, broken, [])
                     self.held_back.append(event.name)
                     continue
                 if self._one_call and self.passed:
@@ -315,7 +320,7 @@ class CallGate:
                 self._passing[event.index] = self.passed
                 self.passed += 1
             elif isinstance(event, ArgumentsDelta) and event.index in self._held:
-                self._held[event.index][1].append(event.text)
+                self._held[event.index][2].append(event.text)
                 continue
             elif isinstance(event, ToolCallEnd) and event.index in self._held:
                 out.append(self._diagnostic(event.index))
@@ -331,15 +336,23 @@ class CallGate:
             out.append(event)
         return out, False
 
-    def _allowed(self, name: str) -> bool:
-        return not self._none and self._only in (None, name)
+    def _broken_rule(self, name: str) -> str | None:
+        """Why a call to ``name`` may not reach the client (None: it may)."""
+        if not self._declared:
+            return "the request declares no tools"
+        if self._choice.mode == "none":
+            return "tool_choice is none"
+        if self._choice.name not in (None, name):
+            return f"tool_choice names {self._choice.name!r}"
+        if name not in self._declared:
+            return "the request declares no tool of that name"
+        return None
 
     def _diagnostic(self, index: int) -> Diagnostic:
-        name, fragments = self._held.pop(index)
-        rule = "is none" if self._none else f"names {self._only!r}"
+        name, broken, fragments = self._held.pop(index)
         return Diagnostic(
             HELD_BACK,
-            f"tool_choice {rule}: the model's call to {name!r} was held back from the client",
+            f"{broken}: the model's call to {name!r} was held back from the client",
             "".join(fragments),
         )
 
