@@ -18,6 +18,7 @@ from typing import Any
 
 from dsmlkit.api import convert_output, parse_request
 from dsmlkit.api.adapters import ADAPTERS, adapter_for
+from dsmlkit.api.common import Api
 from dsmlkit.cli import (
     DIALECT_HELP,
     DIALECT_METAVAR,
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _refuse(api: str, err: InvalidRequest, message: str) -> int:
+def _refuse(api: Api, err: InvalidRequest, message: str) -> int:
     """The API's error body for ``err`` on stdout, ``message`` on stderr: exit 3."""
     _print_json(adapter_for(api).error_body(err))
     return fail("convert", message, EXIT_INPUT)

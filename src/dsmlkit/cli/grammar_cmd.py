@@ -72,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
     except InputFileError as exc:
         return fail("grammar", str(exc), EXIT_INPUT)
     build = ebnf if args.format == "ebnf" else structural_tag
-    steps = (("auto", f"--tools: {args.tools}", EXIT_INPUT),)
+    steps: list[tuple[str, str, int]] = [("auto", f"--tools: {args.tools}", EXIT_INPUT)]
     if args.tool_choice != "auto":
-        steps += ((args.tool_choice, "--tool-choice", EXIT_USAGE),)
+        steps.append((args.tool_choice, "--tool-choice", EXIT_USAGE))
     for tool_choice, where, code in steps:
         try:
             grammar = build(
