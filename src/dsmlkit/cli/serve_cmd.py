@@ -181,6 +181,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="largest request body accepted (default: 32)",
     )
     add(
+        "--parse-max-deltas",
+        metavar="N",
+        type=_positive(int),
+        default=20_000,
+        help="most deltas a /v1/parse chunk_size may split its text into; more is a 400 "
+        "saying which chunk_size fits (default: 20000)",
+    )
+    add(
         "--state",
         metavar="STORE",
         default="memory",
@@ -303,6 +311,7 @@ def run(args: argparse.Namespace) -> int:
             state_max_bytes=int(args.state_max_mb * 1024 * 1024),
             state_secret=os.environ.get(STATE_SECRET_ENV) or None,
             max_tokens_policy=args.max_tokens_policy,
+            parse_max_deltas=args.parse_max_deltas,
         )
     except ConfigError as exc:
         return fail("serve", _setting_name(exc.where) + exc.reason, EXIT_USAGE)

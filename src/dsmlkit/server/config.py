@@ -229,6 +229,9 @@ class ServerConfig:
     #: opens (:mod:`.sealing`); default: random.
     state_secret: str | None = None
     max_tokens_policy: MaxTokensPolicy = "clamp"
+    #: Most deltas one ``/v1/parse`` request's ``chunk_size`` may split its text into: each
+    #: costs about 600 bytes of memory while the answer is built, whatever the body size.
+    parse_max_deltas: int = 20_000
     #: The ``Host`` names answered besides the loopback ones (:func:`is_loopback_name`);
     #: None answers any ``Host``. ``dsmlkit serve`` sets it with :func:`allowed_hosts`.
     allowed_hosts: tuple[str, ...] | None = None
@@ -252,8 +255,9 @@ class ServerConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"must be positive and finite, not {value!r}", name)
-        if self.max_body_bytes <= 0:
-            raise ConfigError("must be positive", "max_body_bytes")
+        for name in ("max_body_bytes", "parse_max_deltas"):
+            if getattr(self, name) <= 0:
+                raise ConfigError("must be positive", name)
         try:
             read_secrets(self.state_secret)
         except CallerError as exc:
