@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,3 +85,62 @@ def test_a_tools_object_is_accepted(tmp_path: Path) -> None:
     path.write_text(json.dumps({"tools": [tool]}), "utf-8")
     done = run_cli("parse", "--tools", str(path))
     assert done.returncode == 0, done.stderr
+
+
+#: Tool files that are JSON lists of objects but not valid tools (a nameless function).
+NAMELESS_TOOLS = [
+    [{"type": "function", "function": {"parameters": {"type": "object"}}}],
+    [{"description": "no name at all"}],
+]
+
+
+@pytest.mark.parametrize("tools", NAMELESS_TOOLS)
+@pytest.mark.parametrize("events", [[], ["--events"]])
+def test_parse_with_invalid_tools_exits_3_naming_the_file(
+    events: list[str], tools: list[Any], tmp_path: Path
+) -> None:
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(tools), "utf-8")
+    done = run_cli("parse", *events, "--tools", str(path))
+    assert done.returncode == EXIT_INPUT, done.stderr
+    assert_one_line(done, "parse", f"--tools: {path}: tools[0]")
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize("tools", NAMELESS_TOOLS)
+def test_grammar_with_invalid_tools_exits_3_naming_the_file(
+    tools: list[Any], tmp_path: Path
+) -> None:
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(tools), "utf-8")
+    done = run_cli("grammar", *GRAMMAR, "--tools", str(path))
+    assert done.returncode == EXIT_INPUT, done.stderr
+    assert_one_line(done, "grammar", f"--tools: {path}: tools[0]")
+
+
+def test_grammar_tool_choice_naming_no_tool_is_a_usage_error(tmp_path: Path) -> None:
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps([{"name": "f"}]), "utf-8")
+    done = run_cli("grammar", *GRAMMAR, "--tools", str(path), "--tool-choice", "g")
+    assert done.returncode == EXIT_USAGE
+    assert_one_line(done, "grammar", "--tool-choice: tool_choice 'g' names no declared tool")
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"messages": []}, "stdin: model: is required"),
+        ("{not json", "stdin is not valid JSON"),
+    ],
+)
+def test_convert_reports_an_invalid_request_on_stderr_too(body: Any, named: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dsmlkit", "convert", "--from", "openai"],
+        input=body if isinstance(body, str) else json.dumps(body),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == EXIT_INPUT
+    assert_one_line(done, "convert", named)
+    assert json.loads(done.stdout)["error"]["type"] == "invalid_request_error"

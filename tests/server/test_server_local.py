@@ -343,6 +343,12 @@ _DEEP = "[" * 1000 + "1" + "]" * 1000
             "x" + "[0]" * 63,
         ),
         ("/v1/parse", '{"text": "x", "dialect": 4.1}', "dialect"),
+        # issue 26, found by tests/server/test_hostile_bodies.py: each was a 500
+        ("/v1/chat/completions/render", '{"temperature": 1e400, ' + _ONE_TURN + "}", "temperature"),
+        ("/v1/parse", '{"text": "x", "tools": [{"parameters": -1E+999}]}', "tools[0].parameters"),
+        ("/v1/parse", '{"text": "x", "a\\ud800": 1}', "a\\ud800"),
+        ("/v1/parse", '{"text": "x", "b\\udc80": ' + _DEEP + "}", "b\\udc80" + "[0]" * 63),
+        ("/v1/parse", b'{"text": "x\xed\xa0\x80"}', None),
         (
             "/v1/messages/render",
             '{"max_tokens": 5, ' + _ONE_TURN + ', "tools": [{"name": "a", "input_schema": '
@@ -352,14 +358,14 @@ _DEEP = "[" * 1000 + "1" + "]" * 1000
     ],
 )
 def test_malformed_bodies_are_400s_naming_the_field(
-    local_client: TestClient, path: str, body: str, param: str
+    local_client: TestClient, path: str, body: str | bytes, param: str | None
 ) -> None:
     response = local_client.post(path, content=body, headers={"content-type": "application/json"})
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     if path.startswith("/v1/messages"):
         assert error["type"] == "invalid_request_error"
-        assert error["message"].startswith(param + ": ")
+        assert error["message"].startswith(f"{param}: ")
     else:
         assert error["param"] == param
 

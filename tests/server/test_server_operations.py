@@ -323,7 +323,7 @@ def test_a_slow_client_still_sending_gets_the_answer_not_a_reset(
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
             sock.sendall(
-                b"POST /v1/parse HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                b"POST /v1/parse HTTP/1.1\r\nHost: localhost\r\ncontent-type: application/json\r\n"
                 + f"content-length: {len(BIG_PARSE)}\r\n\r\n".encode()
             )
             step = len(BIG_PARSE) // 25

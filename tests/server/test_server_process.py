@@ -86,14 +86,14 @@ def test_partial_headers_are_closed_after_the_header_timeout() -> None:
     with serve_process("--tokenizer", "none", "--header-timeout", "0.5") as (_, url):
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port)) as slow:
-            slow.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n")  # never finished
+            slow.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n")  # never finished
             slow.settimeout(5)
             started = time.monotonic()
             assert slow.recv(1024) == b""  # closed by the server
             assert time.monotonic() - started < 3
         with socket.create_connection(("127.0.0.1", port)) as kept:
             kept.settimeout(5)
-            kept.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            kept.sendall(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")
             assert _response(kept).startswith(b"HTTP/1.1 200")
             kept.sendall(b"GET /health HTTP/1.1\r\n")  # the next request, cut short
             assert kept.recv(1024) == b""
@@ -106,7 +106,7 @@ def test_a_slow_body_is_a_408() -> None:
         with socket.create_connection(("127.0.0.1", port)) as slow:
             slow.settimeout(5)
             slow.sendall(
-                b"POST /v1/parse HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\n"
+                b"POST /v1/parse HTTP/1.1\r\nHost: localhost\r\ncontent-type: application/json\r\n"
                 b'content-length: 100\r\n\r\n{"text":'
             )
             answer = _response(slow)

@@ -244,7 +244,9 @@ def test_malformed_bodies_are_400s_with_param_paths(completions_gateway: Gateway
         assert caught.value.param == param
         assert caught.value.type == "invalid_request_error"
     with completions_gateway.http() as http:
-        broken = http.post("/v1/responses", content=b"{not json")
+        broken = http.post(
+            "/v1/responses", content=b"{not json", headers={"content-type": "application/json"}
+        )
         render_broken = http.post("/v1/responses/render", json=[1])
     assert broken.status_code == 400 and broken.json()["error"]["type"] == "invalid_request_error"
     assert render_broken.status_code == 400

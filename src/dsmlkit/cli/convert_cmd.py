@@ -5,7 +5,8 @@ Reads an OpenAI Chat Completions, Anthropic Messages or OpenAI Responses request
 JSON on stdout.
 
 Exit codes (the table in :mod:`dsmlkit.cli`): 0 converted; 3 FILE cannot be read (a
-message on stderr) or the request is invalid (the API's own error body, as JSON, on stdout).
+message on stderr) or the request is invalid (the message on stderr, and the API's own
+error body, as JSON, on stdout).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from dsmlkit.api import convert_output, parse_request
 from dsmlkit.api.adapters import ADAPTERS, adapter_for
+from dsmlkit.api.common import Api
 from dsmlkit.cli import (
     DIALECT_HELP,
     DIALECT_METAVAR,
@@ -55,14 +57,23 @@ def run(args: argparse.Namespace) -> int:
         raw = read_input(args.file)
     except InputFileError as exc:
         return fail("convert", str(exc), EXIT_INPUT)
+    source = input_name(args.file)
     try:
-        body = _decode(raw, input_name(args.file))
+        body = _decode(raw, source)
+    except InvalidRequest as err:  # its message names the input
+        return _refuse(args.api, err, str(err))
+    try:
         output = convert_output(parse_request(args.api, body, dialect=args.dialect))
     except InvalidRequest as err:
-        _print_json(adapter_for(args.api).error_body(err))
-        return EXIT_INPUT
+        return _refuse(args.api, err, f"{source}: {err}")
     _print_json(output)
     return EXIT_OK
+
+
+def _refuse(api: Api, err: InvalidRequest, message: str) -> int:
+    """The API's error body for ``err`` on stdout, ``message`` on stderr: exit 3."""
+    _print_json(adapter_for(api).error_body(err))
+    return fail("convert", message, EXIT_INPUT)
 
 
 def _decode(raw: bytes, source: str) -> Any:

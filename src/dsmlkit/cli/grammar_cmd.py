@@ -65,21 +65,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The tool file is checked first, with every tool's grammar built (``auto``): what is
+    wrong there is the file's (exit 3); what ``--tool-choice`` then adds is the flag's (2)."""
     try:
         tools = load_tools(args.tools)
     except InputFileError as exc:
         return fail("grammar", str(exc), EXIT_INPUT)
     build = ebnf if args.format == "ebnf" else structural_tag
-    try:
-        grammar = build(
-            args.dialect,
-            tools,
-            tool_choice=args.tool_choice,
-            thinking=args.thinking,
-            parallel=not args.no_parallel,
-        )
-    except CallerError as exc:
-        return fail("grammar", str(exc), EXIT_USAGE)
+    steps: list[tuple[str, str, int]] = [("auto", f"--tools: {args.tools}", EXIT_INPUT)]
+    if args.tool_choice != "auto":
+        steps.append((args.tool_choice, "--tool-choice", EXIT_USAGE))
+    for tool_choice, where, code in steps:
+        try:
+            grammar = build(
+                args.dialect,
+                tools,
+                tool_choice=tool_choice,
+                thinking=args.thinking,
+                parallel=not args.no_parallel,
+            )
+        except CallerError as exc:
+            return fail("grammar", f"{where}: {exc}", code)
     text = grammar if isinstance(grammar, str) else json.dumps(grammar, ensure_ascii=False) + "\n"
     sys.stdout.buffer.write(text.encode("utf-8"))
     return EXIT_OK

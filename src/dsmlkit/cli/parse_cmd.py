@@ -86,19 +86,16 @@ def _write_line(out: BinaryIO, data: Any) -> None:
     out.write(json.dumps(data, ensure_ascii=False).encode("utf-8") + b"\n")
 
 
-def _parse_one(
-    text: str,
-    chunks: Iterator[str] | list[str],
-    *,
-    dialect: str,
-    thinking: bool,
-    strict: bool,
-    tools: Any,
-    finish_reason: str | None,
-) -> dict[str, Any]:
-    parser = Parser(
+def _new_parser(*, dialect: str, thinking: bool, strict: bool, tools: Any) -> Parser:
+    """A parser for one output; a :class:`CallerError` for a bad dialect or tool list."""
+    return Parser(
         dialect, start_in="reasoning" if thinking else "content", strict=strict, tools=tools
     )
+
+
+def _parse_one(
+    parser: Parser, chunks: Iterator[str] | list[str], finish_reason: str | None
+) -> dict[str, Any]:
     collector = MessageCollector()
     feed, add = parser.feed, collector.add
     for chunk in chunks:
@@ -114,35 +111,26 @@ def run(args: argparse.Namespace) -> int:
         raw = read_input(args.file)
     except InputFileError as exc:
         return fail("parse", str(exc), EXIT_INPUT)
-    if args.jsonl:
+    if args.jsonl:  # --tools is each line's default: a line that uses a bad one fails
         return _run_jsonl(out, raw, args, tools)
+    try:
+        parser = _new_parser(
+            dialect=args.dialect, thinking=args.thinking, strict=args.strict, tools=tools
+        )
+    except CallerError as exc:
+        return fail("parse", f"--tools: {args.tools}: {exc}", EXIT_INPUT)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return fail("parse", f"{input_name(args.file)} is not UTF-8: {exc}", EXIT_INPUT)
     if args.events:
-        parser = Parser(
-            args.dialect,
-            start_in="reasoning" if args.thinking else "content",
-            strict=args.strict,
-            tools=tools,
-        )
         for chunk in _chunks(text, args.chunk_size):
             for event in parser.feed(chunk):
                 _write_line(out, event_to_json(event))
         for event in parser.close(args.finish_reason):
             _write_line(out, event_to_json(event))
         return EXIT_OK
-    result = _parse_one(
-        text,
-        _chunks(text, args.chunk_size),
-        dialect=args.dialect,
-        thinking=args.thinking,
-        strict=args.strict,
-        tools=tools,
-        finish_reason=args.finish_reason,
-    )
-    _write_line(out, result)
+    _write_line(out, _parse_one(parser, _chunks(text, args.chunk_size), args.finish_reason))
     return EXIT_OK
 
 
@@ -199,12 +187,10 @@ def _parse_request(request: Any, defaults: argparse.Namespace, tools: Any) -> di
     finish = request.get("finish_reason", defaults.finish_reason)
     if finish is not None and not isinstance(finish, str):
         raise CallerError('"finish_reason" must be a string')
-    return _parse_one(
-        text,
-        pieces,
+    parser = _new_parser(
         dialect=request.get("dialect") or defaults.dialect,
         thinking=bool(request.get("thinking", defaults.thinking)),
         strict=bool(request.get("strict", defaults.strict)),
         tools=request.get("tools", tools),
-        finish_reason=finish,
     )
+    return _parse_one(parser, pieces, finish)

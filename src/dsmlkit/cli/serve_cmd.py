@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import math
 import os
 import secrets
@@ -132,6 +131,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "(default: $DSMLKIT_API_KEY, else no key)",
     )
     add(
+        "--allowed-hosts",
+        metavar="NAMES",
+        help="comma-separated Host names answered besides the loopback ones (localhost, "
+        "*.localhost, 127.0.0.1, [::1]); * answers any (default: bound to loopback with no "
+        "--api-key, loopback names only; otherwise any)",
+    )
+    add(
         "--upstream-timeout",
         metavar="SECONDS",
         type=_positive(float),
@@ -173,6 +179,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=_positive(float),
         default=32.0,
         help="largest request body accepted (default: 32)",
+    )
+    add(
+        "--parse-max-deltas",
+        metavar="N",
+        type=_positive(int),
+        default=20_000,
+        help="most deltas a /v1/parse chunk_size may split its text into; more is a 400 "
+        "saying which chunk_size fits (default: 20000)",
     )
     add(
         "--state",
@@ -246,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
         import uvicorn  # noqa: F401
 
         from dsmlkit.server import ServerConfig, create_app
-        from dsmlkit.server.config import ConfigError, load_config_file
+        from dsmlkit.server.config import ConfigError, allowed_hosts, load_config_file
         from dsmlkit.server.runtime import configure_logging, metrics_directory, serve
         from dsmlkit.server.state_store import StateSettingError, per_process
     except ImportError as exc:
@@ -285,6 +299,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = ServerConfig(
             **settings,
+            allowed_hosts=allowed_hosts(args.allowed_hosts, args.host, args.api_key or None),
             api_key=args.api_key or None,
             upstream_api_key=os.environ.get(UPSTREAM_KEY_ENV) or None,
             upstream_timeout=args.upstream_timeout,
@@ -296,6 +311,7 @@ def run(args: argparse.Namespace) -> int:
             state_max_bytes=int(args.state_max_mb * 1024 * 1024),
             state_secret=os.environ.get(STATE_SECRET_ENV) or None,
             max_tokens_policy=args.max_tokens_policy,
+            parse_max_deltas=args.parse_max_deltas,
         )
     except ConfigError as exc:
         return fail("serve", _setting_name(exc.where) + exc.reason, EXIT_USAGE)
@@ -396,15 +412,18 @@ def _banner(host: str, port: int, state: ServerState, problems: list[str]) -> st
     lines.append(f"  state: {state.reasoning.store.description}")
     lines += [f"  NOT READY: {problem}" for problem in problems]
     lines.append(f"  API key: {'required' if config.api_key else 'not required'}")
+    hosts = config.allowed_hosts
+    if hosts is None:
+        lines.append("  hosts: any Host header")
+    else:
+        names = ", ".join(("loopback names", *hosts)) if hosts else "loopback names only"
+        lines.append(f"  hosts: {names} (--allowed-hosts adds names)")
     if config.api_key is None and not _is_loopback(host):
         lines.append(f"  WARNING: {host} is not loopback and no --api-key is set")
     return "\n".join(lines)
 
 
 def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    from dsmlkit.server.config import host_name, is_loopback_name  # run() loaded it
+
+    return is_loopback_name(host_name(host))

@@ -1,5 +1,6 @@
 """The FastAPI app: routes, error envelopes, and one middleware for what every request gets
-(a request id, the API key check, the body size limit, the log line and the metrics).
+(a request id, the ``Host`` check, the API key check, the JSON media type check, the body
+size limit, the log line and the metrics).
 
 The middleware stands in front of FastAPI and calls the gateway's three routes itself: a
 gateway request skips FastAPI's middleware stack, its routing and its per-route wrappers;
@@ -15,6 +16,7 @@ import signal
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, MutableMapping
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -32,7 +34,7 @@ from dsmlkit.api.errors import ApiError, api_error
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.server import inspector, local_routes, pipeline
 from dsmlkit.server.apis import api_for_path, error_response, upstream_api_error
-from dsmlkit.server.config import ServerConfig
+from dsmlkit.server.config import ServerConfig, host_name, is_loopback_name
 from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.reqlog import RequestRecord, new_request_id
 from dsmlkit.server.state import ServerState, client_keys, record_of
@@ -79,12 +81,18 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
         app.add_exception_handler(kind, handler)
     app.add_exception_handler(Exception, _bug)  # a bug in one of FastAPI's routes
     routes = frozenset(getattr(r, "path", "") for router in routers for r in router.routes)
+    posted = frozenset(
+        route.path
+        for router in routers
+        for route in router.routes
+        if isinstance(route, APIRoute) and route.methods == {"POST"}
+    )
     direct = {
         route.path: route.endpoint
         for route in pipeline.router.routes
         if isinstance(route, APIRoute) and route.methods == {"POST"}
     }
-    app.front = RequestMiddleware(app, state=state, routes=routes, direct=direct)
+    app.front = RequestMiddleware(app, state=state, routes=routes, posted=posted, direct=direct)
     return app
 
 
@@ -180,6 +188,56 @@ _ERROR_HANDLERS: dict[type[Exception], Callable[[Request, Exception], Awaitable[
 }
 
 
+@dataclass(frozen=True)
+class HostCheck:
+    """Which ``Host`` headers the server answers: against DNS rebinding, where a web page
+    whose name the attacker points at 127.0.0.1 reads the answers of a server on loopback.
+
+    ``allowed`` (:attr:`ServerConfig.allowed_hosts`): the names answered besides the
+    loopback ones; None answers every ``Host``. A request without ``Host`` (HTTP/1.0) is
+    answered: browsers always send one.
+    """
+
+    allowed: tuple[str, ...] | None
+
+    def refusal(self, headers: Headers) -> ApiError | None:
+        """None, or the 403 for a ``Host`` this server does not answer."""
+        host = headers.get("host")
+        if self.allowed is None or host is None:
+            return None
+        name = host_name(host)
+        if is_loopback_name(name) or name in self.allowed:
+            return None
+        return ApiError.for_status(
+            403,
+            f"this server does not answer for the host {host[:100]!r}: it answers loopback "
+            "names (localhost, 127.0.0.1, [::1])"
+            + (f" and {', '.join(self.allowed)}" if self.allowed else "")
+            + "; its operator can add names with --allowed-hosts",
+        )
+
+
+def is_json_media_type(content_type: str) -> bool:
+    """``application/json`` or ``application/*+json``, parameters (``charset``) allowed."""
+    media = content_type.partition(";")[0].strip().lower()
+    kind, _, subtype = media.partition("/")
+    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+def media_type_refusal(headers: Headers) -> ApiError | None:
+    """None for a JSON body, else the 415 saying which header to send: a browser sends a
+    ``text/plain`` or form body across origins without asking first, never a JSON one."""
+    content_type = headers.get("content-type")
+    if content_type is not None and is_json_media_type(content_type):
+        return None
+    sent = f"{content_type[:100]!r}" if content_type is not None else "none"
+    return ApiError.for_status(
+        415,
+        f"the request body must be JSON sent with the header 'Content-Type: "
+        f"application/json' (the content type sent: {sent})",
+    )
+
+
 async def _call_direct(endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> None:
     """Run a route's endpoint outside FastAPI, its errors answered as the app's handlers do."""
     request = Request(scope, receive, send)
@@ -197,7 +255,10 @@ class RequestMiddleware:
 
     The body is read here (up to ``max_body_bytes``) and replayed to the app, so an
     oversized body is refused before any work; disconnect messages still pass through.
-    A ``POST`` to one of ``direct`` (path → endpoint) is answered by that endpoint here.
+    Before any body is used, a request is refused for its ``Host`` (:class:`HostCheck`),
+    a missing API key, or, on a ``POST`` to one of ``posted``, a body that is not JSON
+    (:func:`media_type_refusal`). A ``POST`` to one of ``direct`` (path → endpoint) is
+    answered by that endpoint here.
     """
 
     def __init__(
@@ -205,12 +266,15 @@ class RequestMiddleware:
         app: FastAPI,
         state: ServerState,
         routes: frozenset[str],
+        posted: frozenset[str],
         direct: Mapping[str, Endpoint],
     ) -> None:
         self.app = app
         self.state = state
         self.routes = routes
+        self.posted = posted
         self.direct = direct
+        self.hosts = HostCheck(state.config.allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -238,7 +302,7 @@ class RequestMiddleware:
             await send(message)
 
         try:
-            body, refusal = await self._read_body(scope, receive, self._authorize(scope))
+            body, refusal = await self._read_body(scope, receive, self._refusal(scope))
             if refusal is not None:
                 record.fail(refusal.type, refusal.message)
                 await error_response(api, refusal, record.id)(scope, receive, send_with_id)
@@ -260,11 +324,20 @@ class RequestMiddleware:
             record.finish()
             self.state.metrics.record(record)
 
-    def _authorize(self, scope: Scope) -> ApiError | None:
+    def _refusal(self, scope: Scope) -> ApiError | None:
+        """What a request is refused for before its body is used, in this order: its
+        ``Host``, its API key, its content type; None when it is none of them."""
+        headers = Headers(scope=scope)
+        refusal = self.hosts.refusal(headers) or self._authorize(scope, headers)
+        if refusal is None and scope["method"] == "POST" and scope["path"] in self.posted:
+            return media_type_refusal(headers)
+        return refusal
+
+    def _authorize(self, scope: Scope, headers: Headers) -> ApiError | None:
         expected = self.state.config.api_key
         if expected is None or scope["path"] in OPEN_PATHS:
             return None
-        offered = client_keys(Headers(scope=scope))
+        offered = client_keys(headers)
         if any(secrets.compare_digest(key.encode(), expected.encode()) for key in offered):
             return None
         return ApiError.for_status(

@@ -8,6 +8,7 @@ lists several. :func:`load_config_file` reads the TOML file.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import sys
@@ -53,6 +54,51 @@ def redacted(url: str) -> str:
     if "@" not in parts.netloc:
         return url
     return parts._replace(netloc="***@" + parts.netloc.rpartition("@")[2]).geturl()
+
+
+def host_name(host: str) -> str:
+    """The name of a ``Host`` header or ``--host`` value: lower case, without its port and
+    without the brackets of an IPv6 address (``[::1]:8000`` → ``::1``)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    if host.count(":") > 1:  # a bare IPv6 address
+        return host
+    return host.partition(":")[0]
+
+
+def is_loopback_name(name: str) -> bool:
+    """``localhost``, a name under ``.localhost`` (RFC 6761: always loopback, and so
+    browsers resolve it) or a loopback IP address (``127.0.0.0/8``, ``::1``)."""
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def allowed_hosts(given: str | None, bind_host: str, api_key: str | None) -> tuple[str, ...] | None:
+    """:attr:`ServerConfig.allowed_hosts` for ``--allowed-hosts GIVEN`` (comma-separated
+    names; ``*`` allows any) on a server bound to ``bind_host``.
+
+    Without the flag, a server bound to loopback with no ``api_key`` answers loopback
+    names only (``()``), and any other answers any ``Host`` (None).
+    """
+    if given is None:
+        loopback = is_loopback_name(host_name(bind_host))
+        return () if loopback and api_key is None else None
+    names = [name.strip().lower() for name in given.split(",")]
+    if "*" in names:
+        return None
+    for name in names:
+        if not name or host_name(name) != name.strip("[]"):
+            raise ConfigError(
+                f"{name!r} is not a host name: give names without a port, separated by "
+                "commas (e.g. example.com,10.0.0.5), or * for any",
+                "allowed_hosts",
+            )
+    return tuple(name.strip("[]") for name in names)
 
 
 class ConfigError(CallerError):
@@ -183,9 +229,17 @@ class ServerConfig:
     #: opens (:mod:`.sealing`); default: random.
     state_secret: str | None = None
     max_tokens_policy: MaxTokensPolicy = "clamp"
+    #: Most deltas one ``/v1/parse`` request's ``chunk_size`` may split its text into: each
+    #: costs about 600 bytes of memory while the answer is built, whatever the body size.
+    parse_max_deltas: int = 20_000
+    #: The ``Host`` names answered besides the loopback ones (:func:`is_loopback_name`);
+    #: None answers any ``Host``. ``dsmlkit serve`` sets it with :func:`allowed_hosts`.
+    allowed_hosts: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dialect", self._shorthand().dialect)
+        if self.allowed_hosts is not None:  # a list from the --workers environment
+            object.__setattr__(self, "allowed_hosts", tuple(self.allowed_hosts))
         if self.max_tokens_policy not in MAX_TOKENS_POLICIES:
             raise ConfigError(
                 f"must be 'clamp' or 'reject', not {self.max_tokens_policy!r}",
@@ -201,8 +255,9 @@ class ServerConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"must be positive and finite, not {value!r}", name)
-        if self.max_body_bytes <= 0:
-            raise ConfigError("must be positive", "max_body_bytes")
+        for name in ("max_body_bytes", "parse_max_deltas"):
+            if getattr(self, name) <= 0:
+                raise ConfigError("must be positive", name)
         try:
             read_secrets(self.state_secret)
         except CallerError as exc:

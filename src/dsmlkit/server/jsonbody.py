@@ -1,13 +1,17 @@
 """Request bodies as JSON that every reader downstream can take: a 400 for anything else.
 
-Strict JSON only: ``NaN`` / ``Infinity`` (which Python's decoder accepts), lone surrogate
-escapes (``"\\ud800"``, which no UTF-8 encoder or tokenizer takes) and nesting deeper than
-:data:`MAX_DEPTH` are refused with the path of the value, in the request's own syntax.
+Strict JSON only: ``NaN`` / ``Infinity`` and numbers too large for a float (``1e400``,
+which Python's decoder makes infinite), bytes that are not UTF-8 (surrogates included,
+which Python's decoder lets through), lone surrogate escapes (``"\\ud800"``, which no
+UTF-8 encoder or tokenizer takes) and nesting deeper than :data:`MAX_DEPTH` are refused
+with the path of the value, in the request's own syntax (a key that is not text shown
+escaped).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -36,12 +40,30 @@ def _non_finite(literal: str) -> float:
     return _NonFinite(literal.replace("Infinity", "inf"))
 
 
+def _float(literal: str) -> float:
+    """A number literal with a fraction or exponent: one past a float's range is marked."""
+    value = float(literal)
+    return value if math.isfinite(value) else _NonFinite(literal)
+
+
+def _shown(key: str) -> str:
+    """``key`` fit for an error's path: lone surrogates as their escapes (an answer
+    holding one could not be encoded)."""
+    return key.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def decode_body(raw: bytes) -> Any:
     """The body as JSON; an :class:`InvalidRequest` (400) naming the path of what is refused."""
     if not raw.strip():
         raise InvalidRequest("the request body is empty; send a JSON object")
     try:
-        data = json.loads(raw, parse_constant=_non_finite)
+        text = raw.decode(json.detect_encoding(raw))  # strict: no surrogates
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(
+            f"the request body is not UTF-8 text: {exc.reason} at byte {exc.start}"
+        ) from None
+    try:
+        data = json.loads(text, parse_constant=_non_finite, parse_float=_float)
     except RecursionError:
         raise InvalidRequest(
             f"is nested too deeply (more than {MAX_DEPTH} levels)", _too_deep(raw)
@@ -74,7 +96,7 @@ def _too_deep(raw: bytes) -> str | None:
             elif stack:
                 stack[-1][2] = True
         elif stack and stack[-1][2]:
-            stack[-1][1] = json.loads(token.decode("utf-8", "replace"))
+            stack[-1][1] = _shown(json.loads(token.decode("utf-8", "replace")))
             stack[-1][2] = False
     return None
 
@@ -96,7 +118,8 @@ def _check(data: Any) -> None:
         value, path, depth = stack.pop()
         if isinstance(value, _NonFinite):
             raise InvalidRequest(
-                "must be a finite number (NaN and Infinity are not JSON)", path or None
+                "must be a finite number (NaN, Infinity and numbers beyond 1.8e308 are refused)",
+                path or None,
             )
         if isinstance(value, str):
             if LONE_SURROGATE.search(value):
@@ -118,6 +141,7 @@ def _check(data: Any) -> None:
             child = f"{path}.{key}" if path else key
             if LONE_SURROGATE.search(key):
                 raise InvalidRequest(
-                    "a key holds a lone UTF-16 surrogate escape, which is not text", child
+                    "a key holds a lone UTF-16 surrogate escape, which is not text",
+                    _shown(child),
                 )
             stack.append((item, child, depth + 1))

@@ -314,11 +314,7 @@ async def parse_output(request: Request) -> JSONResponse:
     model = body.get("model") or default.name
     if not isinstance(model, str):
         raise InvalidRequest("must be a string", "model")
-    chunk_size = body.get("chunk_size")
-    if chunk_size is not None and (
-        not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1
-    ):
-        raise InvalidRequest("must be a positive whole number of characters", "chunk_size")
+    chunk_size = _chunk_size(body.get("chunk_size"), len(text), state.config.parse_max_deltas)
     options = parse_options(adapter.name, body.get("tools"), dialect=dialect)
     record = record_of(request)
     record.model = model
@@ -339,6 +335,26 @@ async def parse_output(request: Request) -> JSONResponse:
     if stream is not None:
         response["stream"] = stream
     return JSONResponse(response)
+
+
+def _chunk_size(value: Any, length: int, max_deltas: int) -> int | None:
+    """A ``/v1/parse`` body's ``chunk_size``: None, or a positive whole number that splits
+    a text of ``length`` characters into at most ``max_deltas`` deltas (``--parse-max-deltas``:
+    each delta's events cost memory, whatever the body's size)."""
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidRequest("must be a positive whole number of characters", "chunk_size")
+    deltas = -(-length // value)
+    if deltas > max_deltas:
+        fits = -(-length // max_deltas)
+        raise InvalidRequest(
+            f"{value} splits the text ({length} characters) into {deltas} deltas; this "
+            f"server answers at most {max_deltas} (--parse-max-deltas): use a chunk_size of "
+            f"{fits} or more, or leave it out",
+            "chunk_size",
+        )
+    return value
 
 
 def _parse_text(
