@@ -170,6 +170,8 @@ class ServerConfig:
     upstream_api_key: str | None = None
     upstream_timeout: float = 600.0
     upstream_deadline: float = 3600.0
+    #: The longest SSE line or event read from an upstream body, in bytes.
+    upstream_max_line_bytes: int = 8 * 1024 * 1024
     connect_timeout: float = 10.0
     body_timeout: float = 60.0
     shutdown_grace: float = 5.0
@@ -203,6 +205,8 @@ class ServerConfig:
                 raise ConfigError(f"must be positive and finite, not {value!r}", name)
         if self.max_body_bytes <= 0:
             raise ConfigError("must be positive", "max_body_bytes")
+        if self.upstream_max_line_bytes <= 0:
+            raise ConfigError("must be positive", "upstream_max_line_bytes")
         try:
             read_secrets(self.state_secret)
         except CallerError as exc:
