@@ -8,7 +8,8 @@ where a framework would not let it. It speaks what the gateway's upstream client
   stream in chunked encoding, on keep-alive connections (``/tokenize`` answers 404: an
   engine without it, so ``--tokenizer none`` sends text and counts nothing upstream).
 
-Each completion takes the next scripted :class:`Reply` (else ``default``): the text of a
+Each completion takes the reply of the first marker (:meth:`FaultEngine.mark`) its body
+holds, else the next scripted :class:`Reply`, else ``default``: the text of a
 ``/v1/completions`` answer, or the ``content``, ``reasoning`` and ``tool_calls`` of a chat
 answer (so content faults such as undeclared tools or repeated call ids are scripted the
 same way), and at most one transport :data:`Fault`.
@@ -57,12 +58,16 @@ Fault = Literal[
     "invalid_utf8",
 ]
 
+#: The faults that come after ``after`` chunks.
+_BREAKS = ("broken_chunk", "stall_mid", "reset", "huge_line")
 #: The model the engine serves.
 MODEL = "fault-engine"
 #: How long after its answer a ``silent_close`` connection is closed.
 CLOSE_DELAY = 0.05
 #: How long a held socket waits for the peer to close it.
 HOLD_SECONDS = 60.0
+#: How long the engine waits before a fault, so that it arrives apart from what came before.
+_PAUSE = 0.05
 #: The size of each HTTP chunk of a long line.
 _LINE_PIECE = 64 * 1024
 
@@ -71,8 +76,9 @@ _LINE_PIECE = 64 * 1024
 class Reply:
     """One scripted answer: ``text`` for ``/v1/completions``; ``content``, ``reasoning``
     and ``tool_calls`` (``{"id", "name", "arguments"}``, arguments a JSON string) for
-    ``/v1/chat/completions``; streamed ``piece`` characters per event; ``fault`` (with
-    ``after`` chunks before it, ``line_bytes`` for ``huge_line``)."""
+    ``/v1/chat/completions``; streamed ``piece`` characters per event, the text (and the
+    reasoning and content) ``repeat`` times over (a long answer the engine never holds);
+    ``fault`` (with ``after`` chunks before it, ``line_bytes`` for ``huge_line``)."""
 
     text: str = "Hello."
     content: str = "Hello."
@@ -80,6 +86,7 @@ class Reply:
     tool_calls: tuple[dict[str, str], ...] = ()
     finish_reason: str | None = None  # default: "tool_calls" with calls, else "stop"
     piece: int = 8
+    repeat: int = 1
     fault: Fault | None = None
     after: int = 1
     line_bytes: int = 50 * 1024 * 1024
@@ -94,13 +101,22 @@ class FaultEngine:
     requests: list[dict[str, Any]] = field(default_factory=list)
     opened: int = 0
     closed: int = 0
+    #: SSE events written (and taken by the socket: each write waits for its buffer).
+    events_sent: int = 0
     url: str = ""
+    _marked: dict[str, Reply] = field(default_factory=dict)
     _faulted: set[int] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def push(self, *replies: Reply) -> None:
         with self._lock:
             self.script.extend(replies)
+
+    def mark(self, marker: str, reply: Reply) -> None:
+        """Answer every completion whose body holds ``marker`` (e.g. in its prompt) with
+        ``reply``: concurrent requests each get their own."""
+        with self._lock:
+            self._marked[marker] = reply
 
     def faulted_open(self) -> int:
         """Connections a fault was served on that the peer has not closed yet."""
@@ -114,8 +130,12 @@ class FaultEngine:
             time.sleep(0.02)
         return self.faulted_open()
 
-    def _next_reply(self) -> Reply:
+    def _next_reply(self, body: bytes) -> Reply:
         with self._lock:
+            text = body.decode("utf-8", "replace")
+            marked = next((r for m, r in self._marked.items() if m in text), None)
+            if marked is not None:
+                return marked
             return self.script.popleft() if self.script else self.default
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -154,7 +174,8 @@ class FaultEngine:
             request = json.loads(body)
             with self._lock:
                 self.requests.append(request)
-            return await self._stream(reader, writer, request, route[1] == "/v1/completions")
+            reply = self._next_reply(body)
+            return await self._stream(reader, writer, request, reply, route[1] == "/v1/completions")
         else:
             await _send_json(writer, 404, {"error": {"message": "not found", "code": 404}})
         return True
@@ -164,11 +185,11 @@ class FaultEngine:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         request: dict[str, Any],
+        reply: Reply,
         completions: bool,
     ) -> bool:
         """One completion as SSE, with its reply's fault; False when the connection is done."""
-        reply = self._next_reply()
-        if reply.fault is not None and reply.fault != "silent_close":
+        if reply.fault in _BREAKS or reply.fault == "stall_headers":  # the peer must close
             with self._lock:
                 self._faulted.add(id(writer))
         if reply.fault == "stall_headers":
@@ -180,12 +201,14 @@ class FaultEngine:
         )
         events = _events(reply, request, completions)
         for index, event in enumerate(events):
-            if index == reply.after and reply.fault in ("broken_chunk", "stall_mid", "reset"):
-                return await self._break(reader, writer, reply.fault)
-            if index == reply.after and reply.fault == "huge_line":
+            if index == reply.after and reply.fault in _BREAKS:
+                await asyncio.sleep(_PAUSE)
+                if reply.fault != "huge_line":
+                    return await self._break(reader, writer, reply.fault)
                 await _send_line(writer, reply.line_bytes, completions)
             writer.write(_chunk(b"data: " + event + b"\n\n"))
             await writer.drain()
+            self.events_sent += 1
         writer.write(_chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
         await writer.drain()
         if reply.fault == "silent_close":
@@ -208,37 +231,43 @@ class FaultEngine:
         return False
 
 
-def _events(reply: Reply, request: dict[str, Any], completions: bool) -> list[bytes]:
-    """The ``data:`` payloads of ``reply`` (the text or deltas, the finish, the usage)."""
-    finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-    step = reply.piece
-    choices: list[dict[str, Any]] = []
-    if completions:
-        choices = [{"text": reply.text[i : i + step]} for i in range(0, len(reply.text), step)]
-        choices.append({"text": "", "finish_reason": finish})
-    else:
-        choices.append({"delta": {"role": "assistant", "content": ""}})
-        for key, text in (("reasoning_content", reply.reasoning), ("content", reply.content)):
-            choices += [{"delta": {key: text[i : i + step]}} for i in range(0, len(text), step)]
-        for index, call in enumerate(reply.tool_calls):
-            function = {"name": call["name"], "arguments": call["arguments"]}
-            delta = {"index": index, "id": call["id"], "type": "function", "function": function}
-            choices.append({"delta": {"tool_calls": [delta]}})
-        choices.append({"delta": {}, "finish_reason": finish})
+def _events(reply: Reply, request: dict[str, Any], completions: bool) -> Iterator[bytes]:
+    """The ``data:`` payloads of ``reply`` (the text or deltas ``repeat`` times, the
+    calls, the finish, the usage), made as they are sent."""
     kind = "text_completion" if completions else "chat.completion.chunk"
     envelope = {"id": "cmpl-fault", "object": kind, "created": 0, "model": MODEL}
-    chunks = [
-        {**envelope, "choices": [{"index": 0, "finish_reason": None, **choice}]}
-        for choice in choices
-    ]
+    count = 0
+    for choice in _choices(reply, completions):
+        payload = json.dumps({**envelope, "choices": [{"index": 0, **choice}]}).encode()
+        if count == 1 and reply.fault == "invalid_utf8":
+            payload = payload.replace(b'"text": "', b'"text": "\xff\xfe', 1)
+            payload = payload.replace(b'"content": "', b'"content": "\xff\xfe', 1)
+        count += 1
+        yield payload
     if (request.get("stream_options") or {}).get("include_usage"):
-        usage = {"prompt_tokens": 10, "completion_tokens": len(choices), "total_tokens": 0}
-        chunks.append({**envelope, "choices": [], "usage": usage})
-    payloads = [json.dumps(chunk).encode() for chunk in chunks]
-    if reply.fault == "invalid_utf8":
-        payloads[1] = payloads[1].replace(b'"text": "', b'"text": "\xff\xfe', 1)
-        payloads[1] = payloads[1].replace(b'"content": "', b'"content": "\xff\xfe', 1)
-    return payloads
+        usage = {"prompt_tokens": 10, "completion_tokens": count, "total_tokens": 10 + count}
+        yield json.dumps({**envelope, "choices": [], "usage": usage}).encode()
+
+
+def _choices(reply: Reply, completions: bool) -> Iterator[dict[str, Any]]:
+    finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
+    step = reply.piece
+    if completions:
+        for _ in range(reply.repeat):
+            for i in range(0, len(reply.text), step):
+                yield {"text": reply.text[i : i + step], "finish_reason": None}
+        yield {"text": "", "finish_reason": finish}
+        return
+    yield {"delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+    for key, text in (("reasoning_content", reply.reasoning), ("content", reply.content)):
+        for _ in range(reply.repeat if text else 0):
+            for i in range(0, len(text), step):
+                yield {"delta": {key: text[i : i + step]}, "finish_reason": None}
+    for index, call in enumerate(reply.tool_calls):
+        function = {"name": call["name"], "arguments": call["arguments"]}
+        delta = {"index": index, "id": call["id"], "type": "function", "function": function}
+        yield {"delta": {"tool_calls": [delta]}, "finish_reason": None}
+    yield {"delta": {}, "finish_reason": finish}
 
 
 async def _send_line(writer: asyncio.StreamWriter, size: int, completions: bool) -> None:
@@ -290,6 +319,16 @@ def fault_engine(default: Reply | None = None) -> Iterator[FaultEngine]:
     try:
         yield engine
     finally:
-        server.close()
+        asyncio.run_coroutine_threadsafe(_stop(server), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
+        thread.join(10)
+        loop.close()
+
+
+async def _stop(server: asyncio.Server) -> None:
+    """Stop listening and end every connection's task."""
+    server.close()
+    tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
