@@ -152,6 +152,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="longest time one upstream request may take in all (default: 3600)",
     )
     add(
+        "--upstream-max-line-mb",
+        metavar="MB",
+        type=_positive(float),
+        default=8.0,
+        help="longest SSE line or event read from the upstream; a longer one ends the "
+        "answer with a 502 (default: 8)",
+    )
+    add(
         "--header-timeout",
         metavar="SECONDS",
         type=_positive(float),
@@ -304,6 +312,7 @@ def run(args: argparse.Namespace) -> int:
             upstream_api_key=os.environ.get(UPSTREAM_KEY_ENV) or None,
             upstream_timeout=args.upstream_timeout,
             upstream_deadline=args.upstream_deadline,
+            upstream_max_line_bytes=int(args.upstream_max_line_mb * 1024 * 1024),
             max_body_bytes=int(args.max_body_mb * 1024 * 1024),
             body_timeout=args.body_timeout,
             shutdown_grace=args.shutdown_grace,

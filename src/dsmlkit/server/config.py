@@ -216,6 +216,8 @@ class ServerConfig:
     upstream_api_key: str | None = None
     upstream_timeout: float = 600.0
     upstream_deadline: float = 3600.0
+    #: The longest SSE line or event read from an upstream body, in bytes.
+    upstream_max_line_bytes: int = 8 * 1024 * 1024
     connect_timeout: float = 10.0
     body_timeout: float = 60.0
     shutdown_grace: float = 5.0
@@ -255,7 +257,7 @@ class ServerConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"must be positive and finite, not {value!r}", name)
-        for name in ("max_body_bytes", "parse_max_deltas"):
+        for name in ("max_body_bytes", "parse_max_deltas", "upstream_max_line_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError("must be positive", name)
         try:

@@ -186,6 +186,7 @@ class ServerState:
                 read_timeout=self.config.upstream_timeout,
                 connect_timeout=self.config.connect_timeout,
                 deadline=self.config.upstream_deadline,
+                max_line=self.config.upstream_max_line_bytes,
             )
         return self._upstream
 

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 import aiohttp.http_exceptions
+import aiohttp.tracing
 import orjson
 from yarl import URL
 
@@ -25,12 +28,18 @@ from dsmlkit.parse.arguments import LONE_SURROGATE
 from dsmlkit.server.config import redacted
 from dsmlkit.server.errors import UpstreamError
 
+LOGGER = logging.getLogger("dsmlkit.server")
+
 #: The content type of upstream request bodies.
 JSON = "application/json"
 #: How long an idle upstream connection stays in the pool.
 _KEEPALIVE_SECONDS = 4.0
 #: How much of an upstream error body is read to quote its message.
 _ERROR_BODY_LIMIT = 64 * 1024
+#: The default longest SSE line (or event) read from an upstream body (``--upstream-max-line-mb``).
+MAX_LINE_BYTES = 8 * 1024 * 1024
+#: How often, at most, a waiting read of an upstream body checks its connection and clock.
+_WATCH_SECONDS = 1.0
 
 
 def error_message(body: bytes) -> str:
@@ -70,7 +79,8 @@ class UpstreamStream:
 
     ``read`` returns the body's next read as it arrives (``b""`` at its end); ``close``
     releases the response (its connection goes back to the pool when the body was read to
-    its end, else it is closed).
+    its end, else it is closed). A line or event longer than ``max_line`` bytes ends the
+    stream with an error, before more of it is read.
     """
 
     def __init__(
@@ -78,10 +88,12 @@ class UpstreamStream:
         read: Callable[[], Awaitable[bytes]],
         close: Callable[[], object],
         sent_at: float,
+        max_line: int = MAX_LINE_BYTES,
     ) -> None:
         self._read = read
         self._close = close
         self._sent_at = sent_at
+        self._max_line = max_line
         self._ended_at: float | None = None
         self._arrived: float | None = None  # when the last read came, while it is handled
         self.waited = time.perf_counter() - sent_at
@@ -100,7 +112,7 @@ class UpstreamStream:
         event's payload goes to the JSON decoder as it is. Upstream ``{"error": …}`` payloads
         raise.
         """
-        lines = _SseLines()
+        lines = _SseLines(self._max_line)
         read = self._read
         try:
             while True:
@@ -166,8 +178,13 @@ def _reason(exc: BaseException) -> str:
         if isinstance(cause, socket.gaierror) or not cause.errno:
             return cause.strerror or type(cause).__name__
         return os.strerror(cause.errno)
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return exc.message or type(exc).__name__
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the upstream closed the connection"
+    if isinstance(exc, aiohttp.ClientOSError):  # its text may be "… for URL"
+        errno = exc.errno or getattr(exc.__cause__, "errno", None)
+        return os.strerror(errno) if isinstance(errno, int) else "the connection failed"
+    if isinstance(exc, aiohttp.ClientResponseError):  # the first line, without the bytes
+        return (exc.message or type(exc).__name__).splitlines()[0].rstrip(":")
     if isinstance(exc, aiohttp.InvalidURL):
         return "the upstream URL is not valid"
     return str(exc) or type(exc).__name__
@@ -176,33 +193,56 @@ def _reason(exc: BaseException) -> str:
 class _SseLines:
     """An SSE body read in blocks → the decoded ``data:`` payloads of its complete events.
 
-    State: ``_rest`` is the unfinished last line (with a held ``\r`` that may begin a
-    ``\r\n`` split across reads), ``_data`` the data lines of the event being read; a
-    blank line ends an event, ``[DONE]`` ends the stream, and so does an event that cannot
-    be read (``failure``; the events before it in the same read are still returned).
+    State: ``_rest`` holds the unfinished last line in parts (with a held ``\r`` that may
+    begin a ``\r\n`` split across reads; a block with no line end is only added to it,
+    so a long line costs its length once), ``_data`` the data lines of the event being
+    read; a blank line ends an event, ``[DONE]`` ends the stream, and so does an event that
+    cannot be read, or a line or event longer than ``max_line`` bytes (``failure``; the
+    events before it in the same read are still returned).
     """
 
-    def __init__(self) -> None:
-        self._rest = b""
+    def __init__(self, max_line: int = MAX_LINE_BYTES) -> None:
+        self._rest: list[bytes] = []
+        self._rest_size = 0
         self._data: list[bytes] = []
+        self._data_size = 0
+        self._max_line = max_line
         self.failure: UpstreamError | None = None
 
     def feed(self, block: bytes) -> tuple[list[dict[str, Any]], bool]:
         """The events completed by ``block``, and whether the stream ended in it."""
-        text = self._rest + block if self._rest else block
+        if b"\n" not in block and b"\r" not in block:  # inside a line
+            self._rest.append(block)
+            self._rest_size += len(block)
+            return [], self._too_long(self._rest_size)
+        text = b"".join((*self._rest, block)) if self._rest else block
         held = b""
         if b"\r" in text:
             if text.endswith(b"\r"):
                 text, held = text[:-1], b"\r"
             text = text.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = text.split(b"\n")
-        self._rest = lines.pop() + held
-        return self._read(lines)
+        rest = lines.pop() + held
+        self._rest = [rest] if rest else []
+        self._rest_size = len(rest)
+        batch, done = self._read(lines)
+        return batch, done or self._too_long(self._rest_size)
 
     def close(self) -> list[dict[str, Any]]:
         """At the end of the body: the last line, and an event left without its blank line."""
-        rest = self._rest.removesuffix(b"\r")
+        rest = b"".join(self._rest).removesuffix(b"\r")
         return self._read([rest, b""] if rest else [b""])[0]
+
+    def _too_long(self, size: int) -> bool:
+        """Whether ``size`` bytes of one line or event are past the limit (then failed)."""
+        if size <= self._max_line:
+            return False
+        self.failure = UpstreamError(
+            "malformed",
+            f"the upstream sent an SSE line or event longer than {_megabytes(self._max_line)} "
+            "(the gateway's --upstream-max-line-mb)",
+        )
+        return True
 
     def _read(self, lines: list[bytes]) -> tuple[list[dict[str, Any]], bool]:
         batch: list[dict[str, Any]] = []
@@ -210,11 +250,15 @@ class _SseLines:
         for line in lines:
             if line.startswith(b"data:"):
                 data.append(line[6:] if line[5:6] == b" " else line[5:])
+                self._data_size += len(line)
+                if self._too_long(self._data_size):
+                    return batch, True
                 continue
             if line or not data:
                 continue  # comments, other fields; blank lines between events
             payload = data[0] if len(data) == 1 else b"\n".join(data)
             data.clear()
+            self._data_size = 0
             if payload == b"[DONE]":
                 return batch, True
             try:
@@ -223,6 +267,10 @@ class _SseLines:
                 self.failure = exc
                 return batch, True
         return batch, False
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / (1024 * 1024):g} MB"
 
 
 def _decode_chunk(data: bytes) -> dict[str, Any]:
@@ -308,6 +356,85 @@ def _status_of(error: Any) -> int | None:
     return code if isinstance(code, int) and 400 <= code <= 599 else None
 
 
+class _Body:
+    """An open upstream response's body, read block by block.
+
+    A read that waits longer than the read timeout raises aiohttp's read timeout error,
+    and one that waits on a connection already closed raises a connection error: aiohttp
+    drops its own read timeout when its parser fails mid-body (a broken chunked encoding),
+    and its read then waits for as long as the engine holds the socket open. One timer per
+    response checks, every :data:`_WATCH_SECONDS` at most and only while a read waits;
+    time the gateway spends not reading (a client that is not reading) is not counted.
+
+    ``close`` puts the connection back in the pool when the body was read to its end, else
+    closes it.
+    """
+
+    def __init__(self, response: aiohttp.ClientResponse, timeout: float) -> None:
+        self._response = response
+        self._content = response.content
+        self._timeout = timeout
+        self._every = min(timeout, _WATCH_SECONDS)
+        self._loop = asyncio.get_running_loop()
+        self._since: float | None = None  # when the read that waits now began
+        self._timer: asyncio.TimerHandle | None = None
+        self._ended = False
+
+    async def read(self) -> bytes:
+        self._since = now = self._loop.time()
+        if self._timer is None:
+            self._timer = self._loop.call_at(now + self._every, self._check)
+        try:
+            block = await self._content.readany()
+        except RuntimeError as exc:  # aiohttp's "Connection closed." once its parser failed
+            raise aiohttp.ClientConnectionError("its connection was closed") from exc
+        finally:
+            self._since = None
+        self._ended = not block
+        return block
+
+    def _check(self) -> None:
+        self._timer = None
+        since = self._since
+        if since is None:
+            return  # no read waits: the next one sets the timer
+        now = self._loop.time()
+        connection = self._response.connection
+        if connection is None or connection.transport is None:
+            self._content.set_exception(aiohttp.ClientConnectionError("its connection was closed"))
+        elif now - since >= self._timeout:
+            self._content.set_exception(aiohttp.ServerTimeoutError("read timeout"))
+        else:
+            due = min(now + self._every, since + self._timeout)
+            self._timer = self._loop.call_at(due, self._check)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._ended:
+            self._response.release()
+        else:
+            self._response.close()
+
+
+class _Attempt:
+    """One try of an upstream request: ``reused`` says it went out on a pooled connection
+    (noted by :func:`_note_reuse`)."""
+
+    reused = False
+
+
+async def _note_reuse(
+    session: aiohttp.ClientSession,
+    context: SimpleNamespace,
+    params: aiohttp.tracing.TraceConnectionReuseconnParams,
+) -> None:
+    attempt = context.trace_request_ctx
+    if isinstance(attempt, _Attempt):
+        attempt.reused = True
+
+
 class UpstreamClient:
     """The gateway's pooled HTTP client (one aiohttp session per event loop); endpoints are
     chosen by the operator, never by a request.
@@ -315,7 +442,16 @@ class UpstreamClient:
     Make it inside the event loop that uses it, and :meth:`aclose` it there.
     """
 
-    def __init__(self, *, read_timeout: float, connect_timeout: float, deadline: float) -> None:
+    def __init__(
+        self,
+        *,
+        read_timeout: float,
+        connect_timeout: float,
+        deadline: float,
+        max_line: int = MAX_LINE_BYTES,
+    ) -> None:
+        self._read_timeout = read_timeout
+        self._max_line = max_line
         self._stream_timeout = aiohttp.ClientTimeout(
             total=deadline, connect=connect_timeout, sock_read=read_timeout
         )
@@ -325,13 +461,13 @@ class UpstreamClient:
         # idle connections are dropped before an engine under uvicorn drops them (its
         # keep-alive timeout is 5 s), so none is taken from the pool as it closes
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=_KEEPALIVE_SECONDS)
-        self._session = aiohttp.ClientSession(
-            connector=connector,
-            skip_auto_headers=("user-agent",),
-            # one client serves every request: a cookie an upstream sets must not go out
-            # with the next client's request
-            cookie_jar=aiohttp.DummyCookieJar(),
-        )
+        reuse = aiohttp.TraceConfig()
+        reuse.on_connection_reuseconn.append(_note_reuse)
+        self._session = _session(connector, [reuse])
+        # a request that failed on a pooled connection before any answer is sent once more
+        # on a connection of its own: an engine may close an idle connection without
+        # saying so, and the pool may hold more such connections
+        self._fresh = _session(aiohttp.TCPConnector(limit=0, force_close=True), [])
         self._urls: dict[str, URL] = {}  # the operator's endpoints, each parsed once
 
     async def open_stream(
@@ -351,19 +487,25 @@ class UpstreamClient:
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         sent_at = time.perf_counter()
+        url = self._urls.get(endpoint) or self._urls.setdefault(endpoint, URL(endpoint))
+        data = _json_body(body)
+        attempt = _Attempt()
         try:
-            url = self._urls.get(endpoint) or self._urls.setdefault(endpoint, URL(endpoint))
-            response = await self._session.post(
-                url,
-                data=_json_body(body),
-                headers=headers,
-                timeout=self._stream_timeout,
-                allow_redirects=False,  # as before: a redirect is an answer, not followed
-            )
+            try:
+                response = await self._post(self._session, url, data, headers, attempt)
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if not attempt.reused:
+                    raise
+                LOGGER.info("upstream request retried on a new connection: %s", _reason(exc))
+                response = await self._post(self._fresh, url, data, headers, None)
         except asyncio.TimeoutError as exc:
             raise UpstreamError("timeout", "the upstream did not answer in time") from exc
         except aiohttp.ClientPayloadError as exc:
             raise _payload_error(exc) from exc
+        except aiohttp.ClientResponseError as exc:  # an answer that is not HTTP
+            raise UpstreamError(
+                "malformed", f"the upstream's answer cannot be read: {_reason(exc)}"
+            ) from exc
         except (aiohttp.ClientError, OSError) as exc:
             raise UpstreamError("connect", f"cannot reach the upstream: {_reason(exc)}") from exc
         if response.status >= 400:
@@ -385,7 +527,27 @@ class UpstreamClient:
                 "malformed",
                 f"the upstream answered {content_type or 'no content type'}, not an event stream",
             )
-        return UpstreamStream(response.content.readany, response.release, sent_at)
+        response_body = _Body(response, self._read_timeout)
+        return UpstreamStream(response_body.read, response_body.close, sent_at, self._max_line)
+
+    async def _post(
+        self,
+        session: aiohttp.ClientSession,
+        url: URL,
+        data: bytes,
+        headers: dict[str, str],
+        attempt: _Attempt | None,
+    ) -> aiohttp.ClientResponse:
+        """POST ``data`` and wait for the response headers (``attempt`` notes a pooled
+        connection)."""
+        return await session.post(
+            url,
+            data=data,
+            headers=headers,
+            timeout=self._stream_timeout,
+            allow_redirects=False,  # as before: a redirect is an answer, not followed
+            trace_request_ctx=attempt,
+        )
 
     async def get_json(self, url: str, api_key: str | None, body: Any = None) -> Any:
         """GET (or, with ``body``, POST) ``url`` and decode its JSON answer, within the
@@ -433,6 +595,20 @@ class UpstreamClient:
 
     async def aclose(self) -> None:
         await self._session.close()
+        await self._fresh.close()
+
+
+def _session(
+    connector: aiohttp.TCPConnector, traces: list[aiohttp.TraceConfig]
+) -> aiohttp.ClientSession:
+    return aiohttp.ClientSession(
+        connector=connector,
+        skip_auto_headers=("user-agent",),
+        # one client serves every request: a cookie an upstream sets must not go out with
+        # the next client's request
+        cookie_jar=aiohttp.DummyCookieJar(),
+        trace_configs=traces,
+    )
 
 
 async def _read_limited(response: aiohttp.ClientResponse) -> bytes:
