@@ -79,9 +79,8 @@ def engine_server() -> Iterator[tuple[FakeEngine, str]]:
         yield engine, url
 
 
-@pytest.fixture
-def engine(engine_server: tuple[FakeEngine, str]) -> FakeEngine:
-    fake = engine_server[0]
+def _reset(fake: FakeEngine) -> None:
+    """The engine as a test starts with: no script, no log, its standard models."""
     fake.script.clear()
     fake.requests.clear()
     fake.authorizations.clear()
@@ -91,7 +90,16 @@ def engine(engine_server: tuple[FakeEngine, str]) -> FakeEngine:
     fake.tokenized = 0
     fake.served = ENGINE_MODELS
     fake.max_model_len = ENGINE_MAX_MODEL_LEN
-    return fake
+
+
+@pytest.fixture
+def engine(engine_server: tuple[FakeEngine, str]) -> Iterator[FakeEngine]:
+    """The session's engine, reset before the test and again after it, so that a gateway
+    a later module starts reads the standard engine, not what this test made of it."""
+    fake = engine_server[0]
+    _reset(fake)
+    yield fake
+    _reset(fake)
 
 
 @pytest.fixture(scope="session")
