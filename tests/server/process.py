@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import IO, Any
 
 import httpx
 
@@ -56,3 +59,40 @@ def serve_process(
                 process.wait(15)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+class ServerLog:
+    """What a ``dsmlkit serve`` process writes to stderr, read by a thread as it comes (a
+    pipe nobody reads fills after about 64 KB and then stalls the server's next log line).
+
+    ``lines`` holds every line; ``records()`` the JSON log lines, decoded.
+    """
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        assert process.stderr is not None, "start the process with stderr=PIPE"
+        self.lines: list[str] = []
+        self._thread = threading.Thread(target=self._read, args=(process.stderr,), daemon=True)
+        self._thread.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line)
+
+    def records(self, since: int = 0) -> list[dict[str, Any]]:
+        """The JSON log lines after the first ``since`` lines."""
+        return [json.loads(line) for line in self.lines[since:] if line.startswith("{")]
+
+    def tracebacks(self) -> list[str]:
+        """The lines that start a traceback."""
+        return [line for line in self.lines if "Traceback" in line]
+
+    def wait_for(self, event: str, since: int = 0, timeout: float = 5.0) -> None:
+        """Wait until a JSON line with this ``event`` comes after the first ``since``."""
+        deadline = time.monotonic() + timeout
+        while not any(record.get("event") == event for record in self.records(since)):
+            assert time.monotonic() < deadline, f"no {event!r} log line in {timeout} s"
+            time.sleep(0.01)
+
+    def join(self, timeout: float) -> None:
+        """Wait for the end of the stream (the process has ended)."""
+        self._thread.join(timeout)

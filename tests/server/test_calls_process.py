@@ -12,9 +12,6 @@ endpoint), with the official SDKs:
 from __future__ import annotations
 
 import json
-import subprocess
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -25,7 +22,7 @@ import pytest
 from dsmlkit.dialects import V4_1
 from tests.server.conftest import Gateway
 from tests.server.fake_engine import FakeEngine, Reply
-from tests.server.process import serve_process
+from tests.server.process import ServerLog, serve_process
 from tests.server.sdk import ask, declared
 from tests.server.test_choice_enforced import (
     API_IDS,
@@ -44,42 +41,24 @@ from tests.server.test_choice_enforced import (
 MODES = ["completions", "chat"]
 
 
-class ProcessLog:
-    """The JSON log lines a ``dsmlkit serve`` process writes to stderr, read as they come
-    (which also keeps its pipe from filling)."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self.lines: list[dict[str, Any]] = []
-        assert process.stderr is not None
-        self._thread = threading.Thread(target=self._read, args=(process.stderr,), daemon=True)
-        self._thread.start()
-
-    def _read(self, stream: Any) -> None:
-        for line in stream:
-            if line.startswith("{"):
-                self.lines.append(json.loads(line))
-
-    def held_back(self, since: int) -> list[dict[str, Any]]:
-        """The ``tool_call_held_back`` lines after the first ``since`` lines, once the
-        request's own log line (written after its last byte) has come."""
-        deadline = time.monotonic() + 5
-        while not any(line.get("event") == "request" for line in self.lines[since:]):
-            assert time.monotonic() < deadline, "no request log line"
-            time.sleep(0.01)
-        return [line for line in self.lines[since:] if line.get("event") == "tool_call_held_back"]
+def held_back(log: ServerLog, since: int) -> list[dict[str, Any]]:
+    """The ``tool_call_held_back`` lines after the first ``since`` lines, once the
+    request's own log line (written after its last byte) has come."""
+    log.wait_for("request", since)
+    return [line for line in log.records(since) if line.get("event") == "tool_call_held_back"]
 
 
 @dataclass
 class Served(Gateway):
     """A gateway process and its log."""
 
-    log: ProcessLog
+    log: ServerLog
 
 
 @pytest.fixture(scope="module")
 def processes(
     engine_server: tuple[FakeEngine, str],
-) -> Iterator[dict[str, tuple[str, ProcessLog]]]:
+) -> Iterator[dict[str, tuple[str, ServerLog]]]:
     """One ``dsmlkit serve`` per upstream mode, for the whole module."""
     upstream = engine_server[1]
     flags = {
@@ -90,14 +69,14 @@ def processes(
         running = {}
         for mode, mode_flags in flags.items():
             process, url = stack.enter_context(serve_process(*mode_flags))
-            running[mode] = (url, ProcessLog(process))
+            running[mode] = (url, ServerLog(process))
         yield running
 
 
 @pytest.fixture
 def gateway(
     request: pytest.FixtureRequest,
-    processes: dict[str, tuple[str, ProcessLog]],
+    processes: dict[str, tuple[str, ServerLog]],
     engine: FakeEngine,
 ) -> Served:
     """The process of the test's ``mode``; a chat-mode engine serves ``m``, as a hosted
@@ -136,7 +115,7 @@ def test_auto_holds_back_a_call_to_an_undeclared_tool(
     assert answer.content == "On it."
     assert [(name, args) for _, name, args in answer.calls] == [WEATHER]
     assert answer.finish == CALL_FINISH[api]
-    [line] = gateway.log.held_back(since)
+    [line] = held_back(gateway.log, since)
     assert line["message"] == (
         "the request declares no tool of that name: "
         "the model's call to 'evil_tool' was held back from the client"
@@ -157,7 +136,7 @@ def test_required_with_only_an_undeclared_call_is_an_error(
     since = len(gateway.log.lines)
     message = refused(gateway, api, stream, thinking=False, **choice(api, "required"))
     assert "tool_choice is required but the model made no call (held back: evil_tool)" in message
-    [line] = gateway.log.held_back(since)
+    [line] = held_back(gateway.log, since)
     assert json.loads(line["arguments"]) == EVIL[1]
 
 
@@ -173,7 +152,7 @@ def test_a_request_without_tools_gets_no_calls(gateway: Served, api: str, stream
     answer = ask(gateway, api, stream, thinking=False)
     assert (answer.content, answer.calls) == ("Fine.", [])
     assert answer.finish == NO_CALL_FINISH[api]
-    [line] = gateway.log.held_back(since)
+    [line] = held_back(gateway.log, since)
     assert line["message"].startswith("the request declares no tools: the model's call to")
     assert json.loads(line["arguments"]) == EVIL[1]
 

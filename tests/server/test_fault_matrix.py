@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -28,7 +27,7 @@ import openai
 import pytest
 
 from tests.server.fault_engine import Fault, FaultEngine, Reply, fault_engine
-from tests.server.process import serve_process
+from tests.server.process import ServerLog, serve_process
 
 #: ``--upstream-timeout`` of the gateways under test.
 UPSTREAM_TIMEOUT = 1.0
@@ -48,7 +47,7 @@ class Served:
 
     process: subprocess.Popen[str]
     url: str
-    log: list[str]
+    log: ServerLog
 
     def memory_mb(self, field: str = "VmRSS") -> float:
         """The process's resident memory now (``VmHWM``: its peak so far), in MB."""
@@ -60,21 +59,7 @@ class Served:
 
     def problems(self) -> list[str]:
         """Log lines with a traceback or a 500 of the gateway's own."""
-        return [line for line in self.log if "Traceback" in line or '"status": 500' in line]
-
-
-class LogReader(threading.Thread):
-    """Reads a process's stderr into a list until it ends."""
-
-    def __init__(self, process: subprocess.Popen[str], log: list[str]) -> None:
-        super().__init__(daemon=True)
-        self._process = process
-        self._log = log
-
-    def run(self) -> None:
-        assert self._process.stderr is not None
-        for line in self._process.stderr:
-            self._log.append(line)
+        return [line for line in self.log.lines if "Traceback" in line or '"status": 500' in line]
 
 
 @contextmanager
@@ -91,9 +76,7 @@ def gateway(engine: FaultEngine, mode: str, *flags: str) -> Iterator[Served]:
         str(UPSTREAM_TIMEOUT),
         *flags,
     ) as (process, url):
-        log: list[str] = []
-        LogReader(process, log).start()
-        yield Served(process, url, log)
+        yield Served(process, url, ServerLog(process))
 
 
 @pytest.fixture(scope="module")

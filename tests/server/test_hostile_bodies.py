@@ -22,7 +22,6 @@ import json
 import os
 import random
 import re
-import threading
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +31,7 @@ import httpx
 import pytest
 
 from tests.server.fake_engine import FakeEngine
-from tests.server.process import serve_process
+from tests.server.process import ServerLog, serve_process
 from tests.server.test_server_fuzz import CHAT, MESSAGES, PARSE, TOOLS_ANTHROPIC, TOOLS_OPENAI
 
 COUNT = int(os.environ.get("DSMLKIT_HOSTILE_BODIES", "10000"))
@@ -308,21 +307,6 @@ class HostileBody:
             self.route = rng.choice(ROUTES)  # another route's body
 
 
-class StderrWatch:
-    """Reads a process's stderr to its end (a full pipe would stall the server),
-    keeping the lines that hold a traceback."""
-
-    def __init__(self, stream: Any) -> None:
-        self.tracebacks: list[str] = []
-        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
-        self.thread.start()
-
-    def _read(self, stream: Any) -> None:
-        for line in stream:
-            if "Traceback" in line:
-                self.tracebacks.append(line)
-
-
 #: The bodies each upstream mode gets: half each.
 MODES = {"completions": range(0, COUNT // 2), "chat": range(COUNT // 2, COUNT)}
 
@@ -330,7 +314,7 @@ MODES = {"completions": range(0, COUNT // 2), "chat": range(COUNT // 2, COUNT)}
 @pytest.fixture(scope="module", params=list(MODES))
 def server(
     request: pytest.FixtureRequest, engine_server: tuple[FakeEngine, str], v41_tokenizer: str
-) -> Iterator[tuple[str, range, StderrWatch]]:
+) -> Iterator[tuple[str, range, ServerLog]]:
     """A real server in front of the fake engine in one upstream mode (chat mode names
     the engine's model, so that the client's own reaches it), its bodies and its log."""
     mode = request.param
@@ -338,11 +322,11 @@ def server(
     if mode == "chat":
         flags += ["--model", "deepseek-v4.1"]
     with serve_process(*flags, "--log-level", "warning") as (process, url):
-        watch = StderrWatch(process.stderr)
+        watch = ServerLog(process)
         yield url, MODES[mode], watch
         process.terminate()
         process.wait(15)
-        watch.thread.join(5)
+        watch.join(5)
 
 
 def _send(url: str, indices: range) -> list[tuple[HostileBody, int, bytes]]:
@@ -357,7 +341,7 @@ def _send(url: str, indices: range) -> list[tuple[HostileBody, int, bytes]]:
     return answers
 
 
-def test_hostile_bodies_never_get_a_500(server: tuple[str, range, StderrWatch]) -> None:
+def test_hostile_bodies_never_get_a_500(server: tuple[str, range, ServerLog]) -> None:
     url, indices, watch = server
     share = -(-len(indices) // CLIENTS)
     ranges = [indices[start : start + share] for start in range(0, len(indices), share)]
@@ -377,11 +361,11 @@ def test_hostile_bodies_never_get_a_500(server: tuple[str, range, StderrWatch]) 
     statuses = Counter(status for _, status, _ in answers)
     assert statuses[200] > len(indices) // 10  # most mutations leave something to answer
     assert statuses[415] > 0 and statuses[400] > len(indices) // 10
-    assert not watch.tracebacks, watch.tracebacks[:3]
+    assert not watch.tracebacks(), watch.tracebacks()[:3]
 
 
 @pytest.mark.parametrize("route", ROUTES)
-def test_the_valid_bodies_are_answered(server: tuple[str, range, StderrWatch], route: str) -> None:
+def test_the_valid_bodies_are_answered(server: tuple[str, range, ServerLog], route: str) -> None:
     url = server[0]
     for body in BODIES[route]:
         response = httpx.post(url + route, json=body, timeout=30)
