@@ -32,7 +32,14 @@ import pytest
 
 from tests.server.fake_engine import FakeEngine
 from tests.server.process import ServerLog, serve_process
-from tests.server.test_server_fuzz import CHAT, MESSAGES, PARSE, TOOLS_ANTHROPIC, TOOLS_OPENAI
+from tests.server.test_server_fuzz import (
+    CHAT,
+    MESSAGES,
+    PARSE,
+    TOOLS_ANTHROPIC,
+    TOOLS_OPENAI,
+    json_paths,
+)
 
 COUNT = int(os.environ.get("DSMLKIT_HOSTILE_BODIES", "10000"))
 #: Client connections sending at once (the server is one process).
@@ -202,16 +209,6 @@ INVALID_UTF8 = [b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80\x
 JSON_JUNK = [b"", b" ", b"null", b"[]", b'"text"', b"1", b"{}", b"{", b"\xef\xbb\xbf{}"]
 
 
-def _paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    yield path
-    if isinstance(value, dict):
-        for key, item in value.items():
-            yield from _paths(item, (*path, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _paths(item, (*path, index))
-
-
 def _at(body: Any, path: tuple[Any, ...]) -> Any:
     for step in path:
         body = body[step]
@@ -241,7 +238,7 @@ class Mutator:
     def tree(self, body: Any) -> Any:
         """One mutation of the decoded body."""
         rng = self.rng
-        paths = list(_paths(body))
+        paths = list(json_paths(body))
         path = rng.choice(paths)
         action = rng.choice(["replace", "replace", "replace", "delete", "add", "repeat", "move"])
         if not path:

@@ -208,14 +208,15 @@ VALUES = st.one_of(
 )
 
 
-def _paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+def json_paths(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every path into ``value`` (its keys and indexes), the empty path first."""
     yield path
     if isinstance(value, dict):
         for key, item in value.items():
-            yield from _paths(item, (*path, key))
+            yield from json_paths(item, (*path, key))
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from _paths(item, (*path, index))
+            yield from json_paths(item, (*path, index))
 
 
 def _mutate(body: Any, path: tuple[Any, ...], action: str, new: Any) -> Any:
@@ -241,7 +242,7 @@ def _mutate(body: Any, path: tuple[Any, ...], action: str, new: Any) -> Any:
 def mutated(draw: st.DrawFn, bases: list[dict[str, Any]]) -> bytes:
     body: Any = json.loads(json.dumps(draw(st.sampled_from(bases))))
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
-        paths = list(_paths(body))
+        paths = list(json_paths(body))
         path = draw(st.sampled_from(paths))
         action = draw(st.sampled_from(["replace", "replace", "delete", "add"]))
         body = _mutate(body, path, action, draw(VALUES))
