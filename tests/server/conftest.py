@@ -42,17 +42,17 @@ class Gateway:
     engine: FakeEngine
 
     def openai(self) -> openai.OpenAI:
-        return _openai_client(self.url)
+        return openai_client(self.url)
 
     def anthropic(self) -> anthropic.Anthropic:
-        return _anthropic_client(self.url)
+        return anthropic_client(self.url)
 
     def http(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=CLIENT_TIMEOUT)
 
 
 @functools.cache
-def _openai_client(url: str) -> openai.OpenAI:
+def openai_client(url: str) -> openai.OpenAI:
     """One client per gateway (building an SDK client costs tens of milliseconds)."""
     return openai.OpenAI(
         base_url=url + "/v1", api_key="test", max_retries=0, timeout=CLIENT_TIMEOUT
@@ -60,7 +60,7 @@ def _openai_client(url: str) -> openai.OpenAI:
 
 
 @functools.cache
-def _anthropic_client(url: str) -> anthropic.Anthropic:
+def anthropic_client(url: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url, api_key="test", max_retries=0, timeout=CLIENT_TIMEOUT)
 
 

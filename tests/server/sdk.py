@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import anthropic
 import openai
 from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.responses import Response
 
-from tests.server.conftest import Gateway
+
+class Clients(Protocol):
+    """A running gateway's SDK clients (:class:`~tests.server.conftest.Gateway` is one)."""
+
+    def openai(self) -> openai.OpenAI: ...
+
+    def anthropic(self) -> anthropic.Anthropic: ...
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ def declared(api: str, *names: str) -> dict[str, Any]:
     }
 
 
-def ask(gateway: Gateway, api: str, stream: bool, *, thinking: bool, **extra: Any) -> Answer:
+def ask(gateway: Clients, api: str, stream: bool, *, thinking: bool, **extra: Any) -> Answer:
     """One request with a single user turn (plus ``extra`` request fields)."""
     messages = extra.pop("messages", [{"role": "user", "content": "go"}])
     if api == "responses":

@@ -26,8 +26,12 @@ import httpx
 import openai
 import pytest
 
+from tests.server.conftest import anthropic_client, openai_client
 from tests.server.fault_engine import Fault, FaultEngine, Reply, fault_engine
 from tests.server.process import ServerLog, serve_process
+from tests.server.sdk import Answer, declared
+from tests.server.sdk import ask as ask_sdk
+from tests.server.test_choice_enforced import engine_block
 
 #: ``--upstream-timeout`` of the gateways under test.
 UPSTREAM_TIMEOUT = 1.0
@@ -56,6 +60,12 @@ class Served:
                 if line.startswith(field + ":"):
                     return int(line.split()[1]) / 1024
         raise AssertionError(f"no {field} in /proc/{self.process.pid}/status")
+
+    def openai(self) -> openai.OpenAI:
+        return openai_client(self.url)
+
+    def anthropic(self) -> anthropic.Anthropic:
+        return anthropic_client(self.url)
 
     def problems(self) -> list[str]:
         """Log lines with a traceback or a 500 of the gateway's own."""
@@ -263,6 +273,85 @@ def _expected_or_fail(got: Got, expected: Expected, api: str, stream: bool, wher
         _expected(got, expected, api, stream)
     except AssertionError as exc:
         raise AssertionError(where) from exc
+
+
+# --- what the model wrote, through the same engine --------------------------------------
+
+#: The SDK spelling of each client API (:func:`tests.server.sdk.ask`).
+SDK_APIS = ("openai", "anthropic", "responses")
+WEATHER = ("get_weather", {"city": "Paris"})
+EVIL = ("evil_tool", {"cmd": "rm -rf /"})
+#: Prose that quotes DSML closers (aider edits files from such text).
+QUOTED = "End a value with </｜DSML｜ parameter>, then </｜DSML｜ invoke>. Done."
+
+
+def _chat_call(call_id: str, call: tuple[str, dict[str, Any]]) -> dict[str, str]:
+    return {"id": call_id, "name": call[0], "arguments": json.dumps(call[1])}
+
+
+#: Each content fault: the engine's reply (completions text, chat content and calls) and
+#: the tools the request declares.
+CONTENT_FAULTS: dict[str, tuple[Reply, tuple[str, ...]]] = {
+    "undeclared_tool": (
+        Reply(
+            text="On it." + engine_block(EVIL, WEATHER),
+            content="On it.",
+            tool_calls=(_chat_call("call_0", EVIL), _chat_call("call_1", WEATHER)),
+        ),
+        ("get_weather",),
+    ),
+    "repeated_ids": (
+        Reply(
+            text="On it." + engine_block(WEATHER, WEATHER),
+            content="On it.",
+            tool_calls=(_chat_call("call_0", WEATHER), _chat_call("call_0", WEATHER)),
+        ),
+        ("get_weather",),
+    ),
+    "quoted_closer": (Reply(text=QUOTED, content=QUOTED), ()),
+}
+
+
+def _content_expected(fault: str, answer: Answer) -> None:
+    """What the client must get for a content fault."""
+    if fault == "quoted_closer":
+        assert (answer.content, answer.calls) == (QUOTED, [])
+        return
+    assert answer.content == "On it."
+    calls = [(name, arguments) for _, name, arguments in answer.calls]
+    if fault == "undeclared_tool":
+        assert calls == [WEATHER]  # the undeclared call is held back
+    else:
+        assert calls == [WEATHER, WEATHER]
+        assert len({call_id for call_id, _, _ in answer.calls}) == 2, answer.calls
+
+
+@pytest.mark.parametrize("fault", list(CONTENT_FAULTS))
+def test_what_the_model_wrote_reaches_every_api_as_written(
+    engine: FaultEngine, gateways: dict[str, Served], fault: str
+) -> None:
+    """Undeclared tools held back, repeated call ids made unique, closers quoted in prose
+    kept: 3 APIs (the official SDKs) x streamed or not x both upstream modes."""
+    reply, tools = CONTENT_FAULTS[fault]
+    cells = [(mode, api, stream) for mode in MODES for api in SDK_APIS for stream in (False, True)]
+    for index in range(len(cells)):
+        engine.mark(f"[content {fault} {index}]", reply)
+
+    def run(index: int) -> Answer:
+        mode, api, stream = cells[index]
+        messages = [{"role": "user", "content": f"[content {fault} {index}]"}]
+        fields = {**declared(api, *tools), "messages": messages}
+        return ask_sdk(gateways[mode], api, stream, thinking=False, **fields)
+
+    with ThreadPoolExecutor(len(cells)) as pool:
+        answers = list(pool.map(run, range(len(cells))))
+    for (mode, api, stream), answer in zip(cells, answers, strict=True):
+        try:
+            _content_expected(fault, answer)
+        except AssertionError as exc:
+            raise AssertionError(f"{fault}: {mode} upstream, {api}, stream={stream}") from exc
+    for served in gateways.values():
+        assert served.problems() == []
 
 
 def test_a_broken_chunk_through_the_sdks(engine: FaultEngine, gateways: dict[str, Served]) -> None:
