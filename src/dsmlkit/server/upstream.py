@@ -356,6 +356,11 @@ def _status_of(error: Any) -> int | None:
     return code if isinstance(code, int) and 400 <= code <= 599 else None
 
 
+def _connection_closed() -> UpstreamError:
+    """The error of a read that waits on a connection already closed."""
+    return UpstreamError("broken", "the upstream stream broke off: its connection was closed")
+
+
 class _Body:
     """An open upstream response's body, read block by block.
 
@@ -387,7 +392,7 @@ class _Body:
         try:
             block = await self._content.readany()
         except RuntimeError as exc:  # aiohttp's "Connection closed." once its parser failed
-            raise aiohttp.ClientConnectionError("its connection was closed") from exc
+            raise _connection_closed() from exc
         finally:
             self._since = None
         self._ended = not block
@@ -401,7 +406,7 @@ class _Body:
         now = self._loop.time()
         connection = self._response.connection
         if connection is None or connection.transport is None:
-            self._content.set_exception(aiohttp.ClientConnectionError("its connection was closed"))
+            self._content.set_exception(_connection_closed())
         elif now - since >= self._timeout:
             self._content.set_exception(aiohttp.ServerTimeoutError("read timeout"))
         else:
