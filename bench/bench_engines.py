@@ -1,7 +1,7 @@
 """Engine benchmark: dsmlkit's vLLM and SGLang plugins against the engines' own parsers.
 
-    bash .ci/engines                                    # builds .engines-venv once
-    PYTHONPATH=src:. .engines-venv/bin/python bench/bench_engines.py [--kb 20]
+    bash .ci/engines                     # builds .engines-venv-vllm0.33 and -vllm0.34 once
+    PYTHONPATH=src:. .engines-venv-vllm0.33/bin/python bench/bench_engines.py [--kb 20]
 
 Every parser runs on the engine's own served path (``tests/engines/drivers.py``):
 vLLM through ``ParserManager`` and ``ChatStreamProcessor.step`` per detokenized token;

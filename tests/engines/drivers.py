@@ -3,7 +3,8 @@
 vLLM: ``ParserManager.get_parser`` composes the named parsers; one instance adjusts the
 request (as ``OnlineRenderer`` does), a fresh one per response parses it, streamed
 through ``ChatStreamProcessor.step`` per detokenized delta, or whole through
-``Parser.parse`` (as ``OpenAIServingChat`` does).
+``Parser.parse`` (as ``OpenAIServingChat`` does). TRT-LLM: the stand-in's
+``postprocess_handlers`` (tests/engines/trtllm_standin), fed text diffs.
 
 Each driver returns ``{"content", "reasoning", "calls": [{"name", "arguments"}]}``.
 """
@@ -253,3 +254,47 @@ def sglang_recipe_stream(
         for call in piece.tool_calls:
             merge.add_call(call.index, call.name, call.arguments)
     return merge.result()
+
+
+def trtllm_args(name: str, tools: list[dict[str, Any]], thinking: bool) -> Any:
+    """TRT-LLM's per-request post-processing state (the stand-in's ``ChatPostprocArgs``),
+    with the request's tools as its pydantic models."""
+    from tensorrt_llm.serve.openai_protocol import ChatCompletionToolsParam
+    from tensorrt_llm.serve.postprocess_handlers import ChatPostprocArgs
+
+    return ChatPostprocArgs(
+        tools=[ChatCompletionToolsParam.model_validate(tool) for tool in tools],
+        reasoning_parser=name,
+        tool_parser=name,
+        chat_template_kwargs={"thinking": thinking},
+    )
+
+
+def trtllm_stream(args: Any, deltas: Sequence[str]) -> dict[str, Any]:
+    """As TRT-LLM's chat stream post-processor: each text diff through the reasoning
+    parser, its content through the tool parser, both finished on the last chunk."""
+    from tensorrt_llm.serve.postprocess_handlers import apply_reasoning_parser, apply_tool_parser
+
+    merge = StreamMerge()
+    for i, text in enumerate(deltas):
+        final = i == len(deltas) - 1
+        content, reasoning = apply_reasoning_parser(args, 0, text, True, finished=final)
+        merge.add_text(None, reasoning)
+        content, calls = apply_tool_parser(args, 0, content, True, finished=final)
+        merge.add_text(content, None)
+        for call in calls:
+            merge.add_call(call.tool_index, call.name, call.parameters)
+    return merge.result()
+
+
+def trtllm_whole(args: Any, text: str) -> dict[str, Any]:
+    """As TRT-LLM's non-streamed chat post-processor."""
+    from tensorrt_llm.serve.postprocess_handlers import apply_reasoning_parser, apply_tool_parser
+
+    content, reasoning = apply_reasoning_parser(args, 0, text, False)
+    content, calls = apply_tool_parser(args, 0, content, False)
+    return {
+        "content": content,
+        "reasoning": reasoning,
+        "calls": [{"name": c.name, "arguments": parsed_arguments(c.parameters)} for c in calls],
+    }

@@ -1,4 +1,4 @@
-"""dsmlkit's renderer against the reference encoders vLLM 0.33 ships, byte for byte.
+"""dsmlkit's renderer against the reference encoders vLLM ships (0.33, 0.34), byte for byte.
 
 Thousands of random conversations per dialect and mode (system, developer and user
 messages, assistant turns with reasoning and calls, tool results, reminders and tasks,
@@ -16,6 +16,7 @@ so any other difference fails. Needs vLLM
 from __future__ import annotations
 
 import copy
+import inspect
 import itertools
 import json
 import random
@@ -269,6 +270,13 @@ class _Generator:
             "drop_thinking": rng.choice((None, None, False, True)),
             "add_bos": rng.random() < 0.9,
         }
+        # The generation flags (encoders that take them: vLLM 0.34's V4.1).
+        if rng.random() < 0.1:
+            options["add_generation_prompt"] = False
+            self.features["no generation prompt"] += 1
+        if messages[-1]["role"] == "assistant" and rng.random() < 0.5:
+            options["continue_final_message"] = True
+            self.features["continue final message"] += 1
         if self.dialect == "v3.2":
             options["template_variant"] = "compact"  # the text of vLLM's copy
         return Case(seed, messages, request_tools, response_format, options, self.features)
@@ -336,6 +344,7 @@ def reference_prompt(case: Case) -> str:
     bos = options["add_bos"]
     mode = options["mode"]
     effort = EFFORTS[dialect].get(options["reasoning_effort"], options["reasoning_effort"])
+    flags = _generation_flags(case, messages)
     if dialect == "v3.2":
         if mode == "thinking" and drop:
             # The V3.2 encoder drops developer messages before the last user message, then
@@ -346,14 +355,46 @@ def reference_prompt(case: Case) -> str:
             )
             messages = dropped
         prompt: str = reference_v32.encode_messages(
-            messages, mode, drop_thinking=drop, add_default_bos_token=bos
+            messages, mode, drop_thinking=drop, add_default_bos_token=bos, **flags
         )
     else:
         encoder = reference_v4 if dialect == "v4" else reference_v41
         prompt = encoder.encode_messages(
-            messages, mode, drop_thinking=drop, add_default_bos_token=bos, reasoning_effort=effort
+            messages,
+            mode,
+            drop_thinking=drop,
+            add_default_bos_token=bos,
+            reasoning_effort=effort,
+            **flags,
         )
     return prompt
+
+
+class FlagsNotTaken(Exception):
+    """The case sets a generation flag this reference encoder has no parameter for."""
+
+
+def _generation_flags(case: Case, messages: list[dict[str, Any]]) -> dict[str, bool]:
+    """The reference's ``add_generation_prompt`` / ``continue_final_message`` for the case,
+    as dsmlkit means its own: a conversation that ends with an assistant message is a
+    finished transcript and gets no generation header either way (vLLM 0.34's V4.1 encoder
+    adds one unless told not to), and ``continue_final_message`` leaves that message open.
+    An encoder without the parameters (vLLM 0.33, the V3.2 and V4 copies) gets none, and a
+    case that needs them raises :class:`FlagsNotTaken`."""
+    options = case.options
+    continued = bool(options.get("continue_final_message"))
+    header = bool(options.get("add_generation_prompt", True)) and (
+        messages[-1]["role"] != "assistant"
+    )
+    encoder = {"v3.2": reference_v32, "v4": reference_v4, "v4.1": reference_v41}
+    if (
+        "add_generation_prompt"
+        in inspect.signature(encoder[options["dialect"]].encode_messages).parameters
+    ):
+        return {"add_generation_prompt": header, "continue_final_message": continued}
+    if continued or not (header or messages[-1]["role"] == "assistant"):
+        raise FlagsNotTaken
+    return {}
 
 
 def ours(case: Case) -> str:
@@ -395,7 +436,12 @@ def compare(dialect: str, mode: str, count: int) -> tuple[Counter[str], list[str
     for seed in range(count):
         case = _Generator(seed, dialect, mode).case(seed)
         seen.update(case.features)
-        mine, theirs = ours(case), reference_prompt(case)
+        try:
+            theirs = reference_prompt(case)
+        except FlagsNotTaken:
+            seen["flags the reference cannot take"] += 1
+            continue
+        mine = ours(case)
         plain = without_lost_tasks(case.messages)
         if plain != case.messages:
             seen["task kept where the reference loses it"] += 1

@@ -12,9 +12,10 @@ chat-encoding adapter (deepseek-recipe); that adapter parses output itself only 
 own DeepSeek parser names are configured, so with these names the output takes SGLang's
 text path: the reasoning detector, then the function-call detector, per request.
 
-The reasoning detector runs a :class:`~dsmlkit.integrations.split.ReasoningSplit` and
-hands the raw text after reasoning to the tool detector, which feeds one incremental
-:class:`~dsmlkit.parse.Parser` per request. For ``tool_choice`` ``required``, a named
+The reasoning detector hands the raw text after reasoning to the tool detector, which
+feeds one incremental :class:`~dsmlkit.parse.Parser` per request; both are the shared
+code of :mod:`dsmlkit.integrations.detector` (TensorRT-LLM's plugin uses the same) in
+SGLang's types. For ``tool_choice`` ``required``, a named
 function or ``strict`` tools, the structural tag comes from
 :func:`dsmlkit.grammar.structural_tag`.
 """
@@ -22,7 +23,6 @@ function or ``strict`` tools, the structural tag comes from
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
 from typing import Any
 
 from sglang.srt.function_call.base_format_detector import BaseFormatDetector
@@ -36,18 +36,9 @@ from sglang.srt.parser.reasoning_parser import (
     StreamingParseResult as ReasoningResult,
 )
 
-from dsmlkit.dialects import ASCII_MARKER, MARKER, THINK_CLOSE, THINK_OPEN, get_dialect
+from dsmlkit.dialects import THINK_CLOSE, THINK_OPEN
+from dsmlkit.integrations.detector import DsmlkitDetectorMixin, ReasoningHandOver, tool_dicts
 from dsmlkit.integrations.engine_names import PARSER_DIALECTS, dialect_classes
-from dsmlkit.integrations.split import ReasoningSplit
-from dsmlkit.parse import (
-    ArgumentsDelta,
-    ContentDelta,
-    Event,
-    MessageCollector,
-    Parser,
-    ReasoningDelta,
-    ToolCallStart,
-)
 
 
 def register() -> None:
@@ -68,74 +59,12 @@ def register() -> None:
                 names.append(name)
 
 
-def _tool_dicts(tools: Sequence[Any] | None) -> list[dict[str, Any]]:
-    return [tool.model_dump(exclude_none=True) for tool in tools or ()]
-
-
-def _split_events(events: Sequence[Event]) -> StreamingParseResult:
-    """SGLang's result for a batch of dsmlkit events (calls numbered in output order)."""
-    text: list[str] = []
-    calls: list[ToolCallItem] = []
-    for event in events:
-        if isinstance(event, (ContentDelta, ReasoningDelta)):
-            text.append(event.text)
-        elif isinstance(event, ToolCallStart):
-            calls.append(ToolCallItem(tool_index=event.index, name=event.name, parameters=""))
-        elif isinstance(event, ArgumentsDelta):
-            last = calls[-1] if calls else None
-            if last is not None and last.tool_index == event.index:
-                last.parameters += event.text
-            else:
-                calls.append(ToolCallItem(tool_index=event.index, parameters=event.text))
-    return StreamingParseResult(normal_text="".join(text), calls=calls)
-
-
-class DsmlkitDetector(BaseFormatDetector):
+class DsmlkitDetector(DsmlkitDetectorMixin, BaseFormatDetector):
     """DSML tool calls from one incremental dsmlkit parser per request."""
 
-    dialect = "v4.1"
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._parser: Parser | None = None
-
-    def has_tool_call(self, text: str) -> bool:
-        return MARKER in text or ASCII_MARKER in text
-
-    def detect_and_parse(self, text: str, tools: list[Any]) -> StreamingParseResult:
-        parser = Parser(self.dialect, tools=_tool_dicts(tools) or None)
-        collector = MessageCollector()
-        collector.add(parser.feed(text))
-        collector.add(parser.close())
-        message = collector.message()
-        calls = [
-            ToolCallItem(tool_index=index, name=call.name, parameters=call.arguments_json)
-            for index, call in enumerate(message.calls)
-        ]
-        return StreamingParseResult(normal_text=message.content, calls=calls)
-
-    def parse_streaming_increment(self, new_text: str, tools: list[Any]) -> StreamingParseResult:
-        if self._parser is None:
-            self._parser = Parser(self.dialect, tools=_tool_dicts(tools) or None)
-        return _split_events(self._parser.feed(new_text))
-
-    def finish(self, tools: list[Any]) -> StreamingParseResult:
-        if self._parser is None:
-            return StreamingParseResult()
-        parser, self._parser = self._parser, None
-        return _split_events(parser.close())
-
-    def structure_info(self) -> Any:
-        dialect = get_dialect(self.dialect)
-
-        def info(name: str) -> StructureInfo:
-            return StructureInfo(
-                begin=f"{dialect.block_open()}\n{dialect.invoke_open(name)}\n",
-                end=f"\n{dialect.invoke_close()}\n{dialect.block_close()}",
-                trigger=dialect.block_open(),
-            )
-
-        return info
+    item_type = ToolCallItem
+    result_type = StreamingParseResult
+    structure_type = StructureInfo
 
     def get_structural_tag(
         self,
@@ -151,7 +80,7 @@ class DsmlkitDetector(BaseFormatDetector):
         choice = function.name if function is not None else tool_choice
         tag = importlib.import_module("dsmlkit.grammar").structural_tag(
             self.dialect,
-            _tool_dicts(tools),
+            tool_dicts(tools),
             tool_choice=choice,
             thinking=thinking_mode,
             parallel=parallel_tool_calls,
@@ -184,45 +113,22 @@ class DsmlkitReasoningDetector(BaseReasoningFormatDetector):
         )
         # Reasoning open at the start: forced (the prompt ended with <think>), or left
         # open by a continued assistant message.
-        self._split: ReasoningSplit | None = (
-            ReasoningSplit(self.dialect) if self._in_reasoning else None
+        self._handover = ReasoningHandOver(
+            self.dialect, in_reasoning=self._in_reasoning, stream_reasoning=self.stream_reasoning
         )
-        self._held: list[str] = []  # reasoning, when it is not streamed
-
-    def _result(self, reasoning: str, after: str | None) -> ReasoningResult:
-        if not self.stream_reasoning and after is None:
-            self._held.append(reasoning)
-            return ReasoningResult()
-        if self._held:
-            reasoning, self._held = "".join(self._held) + reasoning, []
-        return ReasoningResult(normal_text=after or "", reasoning_text=reasoning)
 
     def parse_streaming_increment(self, new_text: str) -> ReasoningResult:
-        if self._split is None:
-            return ReasoningResult(normal_text=new_text)
-        step = self._split.feed(new_text)
-        if step.after is not None:
-            self._split = None
-        return self._result(step.reasoning, step.after)
+        return _reasoning_result(*self._handover.feed(new_text))
 
     def detect_and_parse(self, text: str) -> ReasoningResult:
-        if self._split is None:
-            return ReasoningResult(normal_text=text)
-        split, self._split = self._split, None
-        step = split.feed(text)
-        if step.after is not None:
-            return ReasoningResult(normal_text=step.after, reasoning_text=step.reasoning)
-        end = split.close()
-        return ReasoningResult(
-            normal_text=end.after or "", reasoning_text=step.reasoning + end.reasoning
-        )
+        return _reasoning_result(*self._handover.whole(text))
 
     def finish(self) -> ReasoningResult:
-        if self._split is None:
-            return self._result("", "")
-        split, self._split = self._split, None
-        step = split.close()
-        return self._result(step.reasoning, step.after or "")
+        return _reasoning_result(*self._handover.finish())
+
+
+def _reasoning_result(reasoning: str, rest: str) -> ReasoningResult:
+    return ReasoningResult(normal_text=rest, reasoning_text=reasoning)
 
 
 #: The per-dialect classes SGLang constructs, by parser name, also bound here under their

@@ -1,0 +1,1 @@
+"""Stand-in: ``tensorrt_llm.commands`` (see the package docstring)."""

@@ -1,0 +1,1 @@
+"""Stand-in: ``tensorrt_llm.executor`` (see the package docstring)."""

@@ -1,0 +1,1 @@
+"""Stand-in: ``tensorrt_llm.llmapi`` (see the package docstring)."""

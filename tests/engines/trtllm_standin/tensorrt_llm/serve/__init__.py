@@ -1,0 +1,1 @@
+"""Stand-in: ``tensorrt_llm.serve`` (see the package docstring)."""
