@@ -216,6 +216,11 @@ class OutputReader:
         self._reopened = [e for e in events if _call_event(e) and e.index >= completed]
         self._called = False  # the answer holds a call (counted once the prefix has one)
 
+    @property
+    def in_call(self) -> bool:
+        """The parser's :attr:`~dsmlkit.parse.Parser.in_call`."""
+        return self._parser.in_call
+
     def feed(self, text: str) -> list[Event]:
         return self._own(self._cut_held(self._parser.feed(text)))
 

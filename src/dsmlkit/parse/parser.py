@@ -312,6 +312,11 @@ class Parser:
 
     # ------------------------------------------------------------------ public API
 
+    @property
+    def in_call(self) -> bool:
+        """The output has opened an invoke and not closed it yet (its name was read)."""
+        return self._call is not None
+
     def feed(self, text: str) -> list[Event]:
         """Consume one delta of model output; return the events it decided."""
         if self._closed or self._failed is not None:

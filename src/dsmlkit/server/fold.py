@@ -31,11 +31,12 @@ from dsmlkit.parse import (
 )
 from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.model_turns import Digests, ModelCall
-from dsmlkit.server.plan import UpstreamPlan
+from dsmlkit.server.readers import Done
 from dsmlkit.server.reasoning_store import ReasoningMemory
 from dsmlkit.server.reqlog import RequestRecord, log_event
 from dsmlkit.server.state import Route
 from dsmlkit.server.upstream import UpstreamStream
+from dsmlkit.server.upstream_kinds import UpstreamPlan
 
 LOGGER = logging.getLogger("dsmlkit.server")
 
@@ -114,9 +115,10 @@ async def fold(
     the upstream body, so that what arrived together is written together; each list stays
     one writer ``feed`` call, so the bytes do not depend on how reads fall.
     """
+    reader = plan.reader
     answer = AnswerTracker(hidden=plan.req.omit_reasoning)
     gate = CallGate(plan.req)
-    opening = gate.feed(plan.opening)[0]
+    opening = gate.feed(reader.opening)[0]
     if opening:
         answer.add(opening)
         yield [_noted(record, opening)]
@@ -132,7 +134,7 @@ async def fold(
                 if isinstance(usage, Mapping):
                     outcome.usage = _added_usage(outcome.usage, _usage(usage), spent)
                 for choice in chunk.get("choices") or ():
-                    events, cut = gate.feed(_timed(record, plan.feed, choice))
+                    events, cut = gate.feed(_timed(record, reader.feed, choice))
                     if events:
                         answer.add(events)
                         batch.append(_noted(record, events))
@@ -157,16 +159,16 @@ async def fold(
         if stop_reason in plan.req.stop_sequences:
             outcome.stop_sequence = stop_reason
         spent = outcome.usage.completion_tokens if outcome.usage is not None else spent
-        follow = plan.resume(finish, stop_reason, spent) if plan.resume else ([], None)
-        more = gate.feed(follow[0])[0]
+        step = reader.after_stream(finish, stop_reason, spent)
+        more = gate.feed(step.events)[0]
         if more:
             answer.add(more)
             yield [_noted(record, more)]
-        if follow[1] is None:
-            closing, cut = gate.feed(_timed(record, plan.close, finish))
+        if isinstance(step, Done):
+            closing, cut = gate.feed(_timed(record, reader.close, finish))
             final = _noted(record, closing + cut_ending() if cut else closing)
             break
-        await upstream.follow(follow[1])
+        await upstream.follow(step.body)
     if outcome.usage is None:
         outcome.usage = Usage(plan.prompt_tokens or 0, 0)
     answer.add(final)
@@ -176,7 +178,7 @@ async def fold(
         raise UpstreamError("broken", refused)
     record.prompt_tokens = outcome.usage.prompt_tokens
     record.completion_tokens = outcome.usage.completion_tokens
-    calls = answer.calls(plan.upstream_ids)
+    calls = answer.calls(reader.upstream_ids)
     record.state_error = await memory.remember(calls, digests) or record.state_error
     yield [final]
 

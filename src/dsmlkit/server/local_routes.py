@@ -21,8 +21,9 @@ from dsmlkit.server.jsonbody import read_json
 from dsmlkit.server.metrics import CONTENT_TYPE
 from dsmlkit.server.offload import run_for_body
 from dsmlkit.server.pipeline import read_request, resolve_model, restore_state
-from dsmlkit.server.plan import Prompt, prompt_length, render_prompt
+from dsmlkit.server.plan import prompt_length, render_prompt
 from dsmlkit.server.state import ServedModel, ServerState, record_of, state_of
+from dsmlkit.server.upstream_kinds import Prompt
 
 router = APIRouter()
 
@@ -276,7 +277,7 @@ async def count_tokens(request: Request) -> JSONResponse:
     read, _ = await read_request(state, MESSAGES, model, full, size)
     req = (await restore_state(state, read, record)).req
     prepared = await run_for_body(size, render_prompt, state, model, req)
-    count = await prompt_length(state, prepared, state.upstream_key)
+    count = await prompt_length(state, model, prepared, state.upstream_key)
     if count is None:
         tokenizer = model.require_tokenizer()
         text = prepared.encoded.text

@@ -54,20 +54,13 @@ from dsmlkit.server.event_stream import CancelOnDisconnect, EventStream, LastTex
 from dsmlkit.server.fold import Outcome, Upstream, fold, kinds
 from dsmlkit.server.jsonbody import read_json
 from dsmlkit.server.offload import run_for_body
-from dsmlkit.server.plan import (
-    Prompt,
-    UpstreamPlan,
-    chat_plan,
-    completions_plan,
-    prompt_length,
-    render_prompt,
-    uncounted_bound,
-)
+from dsmlkit.server.plan import PlanStage
 from dsmlkit.server.reqlog import RequestRecord, log_event
 from dsmlkit.server.response_store import save, stored_history, unreadable_history
 from dsmlkit.server.restore import Restored, restore
 from dsmlkit.server.state import ServedModel, ServerState, record_of, state_of
 from dsmlkit.server.state_store import StateStoreUnavailable
+from dsmlkit.server.upstream_kinds import UpstreamPlan
 
 LOGGER = logging.getLogger("dsmlkit.server")
 T = TypeVar("T")
@@ -213,22 +206,22 @@ async def plan_upstream(
     size: int,
     record: RequestRecord,
 ) -> UpstreamPlan:
-    """Stage 5: what goes upstream for ``--upstream-api`` (the completions prompt is
-    rendered here). A prompt sent as text is counted by the engine when a streamed answer
-    shows its length first (Messages) or when the count could change ``max_tokens``; else
-    its byte length bounds it and the engine's usage at the end gives the count."""
-    req = restored.req
-    if model.config.upstream_api != "completions":
-        return chat_plan(model, req, body, restored.put_back, restored.call_ids)
-    prompt: Prompt = await run_for_body(size, render_prompt, state, model, req)
-    shown_first = req.stream and req.adapter.usage_at_start
-    bound = None if prompt.token_ids is not None or shown_first else uncounted_bound(prompt)
-    if bound is not None:
-        return completions_plan(prompt, None, bound)
-    asked = time.perf_counter()
-    prompt_tokens = await prompt_length(state, prompt, key)
-    record.upstream_wait = time.perf_counter() - asked  # the engine's /tokenize count
-    return completions_plan(prompt, prompt_tokens)
+    """Stage 5: what goes upstream, as the model's upstream kind plans it
+    (:mod:`.upstream_kinds`)."""
+    stage = PlanStage(
+        state,
+        model,
+        restored.req,
+        body,
+        key,
+        size,
+        put_back=restored.put_back,
+        call_ids=restored.call_ids,
+    )
+    plan = await stage.plan()
+    if stage.waited is not None:
+        record.upstream_wait = stage.waited  # the engine's /tokenize count
+    return plan
 
 
 # --- helpers of the stages ---------------------------------------------------------------
