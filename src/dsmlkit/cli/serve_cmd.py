@@ -27,6 +27,7 @@ from dsmlkit.cli import (
     dialect_name,
     fail,
 )
+from dsmlkit.dialects import DEFAULT_DIALECT
 from dsmlkit.errors import install_hint
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--dialect",
         type=dialect_name,
         metavar=DIALECT_METAVAR,
-        help=f"{DIALECT_HELP} (default: v4.1)",
+        help=f"{DIALECT_HELP} (default: {DEFAULT_DIALECT.name})",
     )
     add(
         "--model",
@@ -288,7 +289,7 @@ def run(args: argparse.Namespace) -> int:
             return fail("serve", str(exc), EXIT_CONFIG)
     else:
         settings.update(
-            dialect=args.dialect or "v4.1",
+            dialect=args.dialect or DEFAULT_DIALECT.name,
             model=args.model,
             upstream=args.upstream,
             upstream_api=args.upstream_api or DEFAULT_UPSTREAM_KIND,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from dsmlkit.dialects import get_dialect
+from dsmlkit.dialects import DEFAULT_DIALECT, get_dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.server.sealing import read_secrets
 from dsmlkit.server.upstream_kinds import DEFAULT_UPSTREAM_KIND, UPSTREAM_KINDS, UpstreamKind
@@ -120,7 +120,7 @@ class ModelConfig:
     """
 
     name: str
-    dialect: str = "v4.1"
+    dialect: str = DEFAULT_DIALECT.name
     upstream: str | None = None
     upstream_api: str = DEFAULT_UPSTREAM_KIND
     upstream_model: str | None = None
@@ -210,7 +210,7 @@ class ServerConfig:
     (``reject``).
     """
 
-    dialect: str = "v4.1"
+    dialect: str = DEFAULT_DIALECT.name
     model: str | None = None
     upstream: str | None = None
     upstream_api: str = DEFAULT_UPSTREAM_KIND
