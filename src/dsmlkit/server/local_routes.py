@@ -145,7 +145,9 @@ async def _render(request: Request, adapter: ApiAdapter) -> dict[str, Any]:
     model = resolve_model(state, sent)
     record.model = model.name
     read, _ = await read_request(state, adapter, model, sent, size)
-    req = (await restore_state(state, read, record)).req
+    restored = await restore_state(state, read)
+    record.note_restore(restored.reasoning, restored.changed, restored.error)
+    req = restored.req
     prepared = await run_for_body(size, render_prompt, state, model, req)
     result = prepared.result
     notes = prepared.notes
@@ -275,7 +277,9 @@ async def count_tokens(request: Request) -> JSONResponse:
         model.require_tokenizer()  # the 501
     full = {"max_tokens": _COUNT_TOKENS_MAX_TOKENS, **body}
     read, _ = await read_request(state, MESSAGES, model, full, size)
-    req = (await restore_state(state, read, record)).req
+    restored = await restore_state(state, read)
+    record.note_restore(restored.reasoning, restored.changed, restored.error)
+    req = restored.req
     prepared = await run_for_body(size, render_prompt, state, model, req)
     count = await prompt_length(state, model, prepared, state.upstream_key)
     if count is None:

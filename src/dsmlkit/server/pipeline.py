@@ -95,10 +95,13 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
     route = state.route(_model_named(sent), request.headers)
     model = route.model
     read, links = await read_request(state, adapter, model, sent, size)
-    restored = await restore_state(state, read, record)
+    restored = await restore_state(state, read)
+    record.note_restore(restored.reasoning, restored.changed, restored.error)
     req = restored.req
     record.stream, record.model, record.parsed = req.stream, model.name, True
-    plan = await plan_upstream(state, model, restored, sent, route.key, size, record)
+    plan = await plan_upstream(state, model, restored, sent, route.key, size)
+    if plan.tokenize_seconds is not None:
+        record.upstream_wait = plan.tokenize_seconds
     record.prompt_tokens = plan.prompt_tokens
     upstream = Upstream(route)
     await upstream.open(plan, record)
@@ -188,13 +191,10 @@ async def read_request(
         raise unreadable from exc
 
 
-async def restore_state(state: ServerState, req: ChatRequest, record: RequestRecord) -> Restored:
+async def restore_state(state: ServerState, req: ChatRequest) -> Restored:
     """Stage 4: dropped reasoning and the model's own words put back on the typed
-    request, noted on the request's record."""
-    restored = await restore(state.reasoning, req)
-    record.history_changed = restored.changed
-    record.reasoning_restored, record.state_error = restored.reasoning, restored.error
-    return restored
+    request."""
+    return await restore(state.reasoning, req)
 
 
 async def plan_upstream(
@@ -204,7 +204,6 @@ async def plan_upstream(
     body: Any,
     key: str | None,
     size: int,
-    record: RequestRecord,
 ) -> UpstreamPlan:
     """Stage 5: what goes upstream, as the model's upstream kind plans it
     (:mod:`.upstream_kinds`)."""
@@ -218,10 +217,7 @@ async def plan_upstream(
         put_back=restored.put_back,
         call_ids=restored.call_ids,
     )
-    plan = await stage.plan()
-    if stage.waited is not None:
-        record.upstream_wait = stage.waited  # the engine's /tokenize count
-    return plan
+    return replace(await stage.plan(), tokenize_seconds=stage.waited)
 
 
 # --- helpers of the stages ---------------------------------------------------------------

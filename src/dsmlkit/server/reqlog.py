@@ -67,6 +67,11 @@ class RequestRecord:
     error_message: str | None = None
     duration: float = 0.0
 
+    def note_restore(self, reasoning: int, changed: Counter[str], error: str | None) -> None:
+        """What the restore stage did: turns whose reasoning it put back, what the client
+        changed in the model's turns, and why the store could not be used."""
+        self.reasoning_restored, self.history_changed, self.state_error = reasoning, changed, error
+
     @property
     def overhead(self) -> float | None:
         """The gateway's own time: the wall time minus the upstream wait (gateway requests

@@ -126,6 +126,8 @@ class UpstreamPlan:
     reader: UpstreamReader
     prompt_tokens: int | None
     fallback_body: dict[str, Any] | None = None
+    #: The seconds spent on the engine's count of the prompt (None: not asked).
+    tokenize_seconds: float | None = None
 
 
 class PlanInputs(Protocol):
