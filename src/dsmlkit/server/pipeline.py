@@ -6,7 +6,7 @@ Each stage is a function of the previous stage's value, and each lives in its ow
 1. **read body** — strict JSON (:mod:`.jsonbody`);
 2. **route** — the served model the body names, its upstream and the key sent
    (:meth:`.state.ServerState.route`);
-3. **typed request** — the API's reader (:class:`~dsmlkit.api.adapters.ApiAdapter`); a
+3. **typed request** — the API's reader (:class:`~dsmlkit.api.ClientApi`); a
    Responses body is read with the stored history its ``previous_response_id`` names
    (:mod:`.response_store`);
 4. **restore state** — dropped reasoning and the model's own words put back on the typed
@@ -14,7 +14,7 @@ Each stage is a function of the previous stage's value, and each lives in its ow
 5. **plan** — the prompt or chat body, ``max_tokens``, forced calls (:mod:`.plan`);
 6. **upstream** and **fold** — the upstream request(s) and the events they become, through
    the call gate, remembered at the end (:mod:`.fold`);
-7. **frames** — the API's stream writer or response builder (the adapter);
+7. **frames** — the API's stream writer or response builder;
 8. **remember** — a Responses answer stored (:mod:`.response_store`); the request record
    (log line and metrics) is closed by the middleware.
 
@@ -35,15 +35,18 @@ import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from dsmlkit.api import ChatRequest, Usage, json_body, response_diagnostics
-from dsmlkit.api.adapters import (
+from dsmlkit.api import (
     CHAT,
     MESSAGES,
     RESPONSES,
     Answer,
-    ApiAdapter,
+    ChatRequest,
+    ClientApi,
     ReadContext,
     StreamWriter,
+    Usage,
+    json_body,
+    response_diagnostics,
 )
 from dsmlkit.api.errors import ApiError
 from dsmlkit.errors import InvalidRequest
@@ -73,28 +76,35 @@ _DISCONNECTED = ("client_disconnected", "the client went away; the upstream requ
 CLAMPED_HEADER = "x-dsmlkit-max-tokens-clamped"
 
 
-@router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     return await answer(request, CHAT)
 
 
-@router.post("/v1/messages")
 async def messages(request: Request) -> Response:
     return await answer(request, MESSAGES)
 
 
-@router.post("/v1/responses")
 async def responses(request: Request) -> Response:
     return await answer(request, RESPONSES)
 
 
-async def answer(request: Request, adapter: ApiAdapter) -> Response:
+#: Each API's gateway route (at its ``path``).
+ROUTES: dict[ClientApi[Any], Callable[[Request], Awaitable[Response]]] = {
+    CHAT: chat_completions,
+    MESSAGES: messages,
+    RESPONSES: responses,
+}
+for _api, _route in ROUTES.items():
+    router.add_api_route(_api.path, _route, methods=["POST"])
+
+
+async def answer(request: Request, api: ClientApi[Any]) -> Response:
     """One gateway request, stage by stage (see the module docstring)."""
     state, record = state_of(request), record_of(request)
     sent, size = await read_json(request)
     route = state.route(_model_named(sent), request.headers)
     model = route.model
-    read, links = await read_request(state, adapter, model, sent, size)
+    read, links = await read_request(state, api, model, sent, size)
     restored = await restore_state(state, read)
     record.note_restore(restored.reasoning, restored.changed, restored.error)
     req = restored.req
@@ -109,7 +119,7 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
     outcome = Outcome()
     events = fold(upstream, plan, record, outcome, state.reasoning, restored.digests)
     started = Answer(
-        id=adapter.new_response_id(),
+        id=api.new_response_id(),
         created=int(time.time()),
         sign_thinking=partial(state.reasoning.signer.sign, model=req.model),
         sealer=state.keys,
@@ -124,7 +134,7 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
 
     if req.stream:
         usage = Usage(plan.prompt_tokens, 0) if plan.prompt_tokens is not None else None
-        writer = adapter.open_stream(req, replace(started, usage=usage))
+        writer = api.open_stream(req, replace(started, usage=usage))
         return EventStream(
             _stream_body(state, writer, events, outcome, record, remember),
             {"cache-control": "no-cache", "x-accel-buffering": "no", **headers},
@@ -145,9 +155,9 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
         msg = collector.message()
         record.diagnostics |= kinds(response_diagnostics(msg, req))  # see kinds
         ended = replace(started, usage=outcome.usage, stop_sequence=outcome.stop_sequence)
-        if not adapter.keeps_responses:
-            return adapter.respond_json(msg, req.model, ended, req)
-        response = adapter.respond(msg, req.model, ended, req)
+        if not api.keeps_responses:
+            return api.respond_json(msg, req.model, ended, req)
+        response = api.respond(msg, req.model, ended, req)
         await remember(response)
         return json_body(response)
 
@@ -172,18 +182,18 @@ def _model_named(body: Any) -> Any:
 
 
 async def read_request(
-    state: ServerState, adapter: ApiAdapter, model: ServedModel, body: Any, size: int
+    state: ServerState, api: ClientApi[Any], model: ServedModel, body: Any, size: int
 ) -> tuple[ChatRequest, list[str]]:
     """Stage 3: the typed request (caller mistakes raise ``InvalidRequest`` at once), and
     the stored responses a Responses answer to it will link."""
     history: list[Any] = []
     links: list[str] = []
-    if adapter.keeps_responses:
+    if api.keeps_responses:
         history, links = await stored_history(state.reasoning, body)
     signatures = state.reasoning.signer
     context = ReadContext(model.dialect, state.keys, state.render_cache, signatures, history)
     try:
-        return await run_for_body(size, adapter.read, body, context), links
+        return await run_for_body(size, api.read, body, context), links
     except InvalidRequest as exc:
         unreadable = unreadable_history(body, exc) if history else None
         if unreadable is None:
@@ -254,20 +264,20 @@ async def _stream_body(
     (``remember``) before its last event goes out."""
     scope = state.open_stream_scope()
     try:
-        yield "".join(writer.start())
+        yield "".join(writer.start_sse())
         with scope:
             async with aclosing(events) as batches:
                 async for batch in batches:
                     # one write per read of the upstream body, one feed per upstream choice
-                    written = "".join([frame for part in batch for frame in writer.feed(part)])
+                    written = "".join([frame for part in batch for frame in writer.feed_sse(part)])
                     if written:
                         yield written
         if scope.cancelled_caught:
             err = ApiError.for_status(503, "the server is shutting down; the answer was cut off")
             record.fail("shutdown", err.message)
-            yield LastText("".join(writer.fail(err, record.id)))
+            yield LastText("".join(writer.error_sse(err, record.id)))
             return
-        finished = writer.finish(outcome.usage, outcome.stop_sequence)
+        finished = writer.finish_sse(outcome.usage, outcome.stop_sequence)
         if writer.response is not None:
             await remember(writer.response)
         record.diagnostics |= kinds(writer.diagnostics)  # see kinds
@@ -275,7 +285,7 @@ async def _stream_body(
     except UpstreamError as exc:
         err = upstream_api_error(exc)
         record.fail(err.type, err.message)
-        yield LastText("".join(writer.fail(err, record.id)))
+        yield LastText("".join(writer.error_sse(err, record.id)))
     except anyio.get_cancelled_exc_class():
         record.fail(*_DISCONNECTED)
         raise
@@ -283,7 +293,7 @@ async def _stream_body(
         LOGGER.exception("request %s: streaming failed", record.id)
         err = ApiError.for_status(500, f"internal error: {type(exc).__name__}")
         record.fail(err.type, str(exc))
-        yield LastText("".join(writer.fail(err, record.id)))
+        yield LastText("".join(writer.error_sse(err, record.id)))
     finally:
         state.close_stream_scope(scope)
 

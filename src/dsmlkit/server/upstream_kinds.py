@@ -192,7 +192,7 @@ class Completions(UpstreamKind):
     async def plan(self, inputs: PlanInputs) -> UpstreamPlan:
         req = inputs.req
         prompt = await inputs.prompt()
-        shown_first = req.stream and req.adapter.usage_at_start
+        shown_first = req.stream and req.api.usage_at_start
         bound = None if prompt.token_ids is not None or shown_first else prompt.uncounted_bound()
         prompt_tokens = None if bound is not None else await inputs.prompt_length(prompt)
         tokenizer = prompt.tokenizer if prompt.token_ids is not None else None
@@ -264,7 +264,7 @@ class Chat(UpstreamKind):
 
     async def plan(self, inputs: PlanInputs) -> UpstreamPlan:
         req = inputs.req
-        if req.adapter.chat_form:
+        if req.api.chat_form:
             upstream_body = dict(inputs.body)
             if inputs.put_back:
                 upstream_body["messages"] = req.conversation.chat_messages()
@@ -273,7 +273,7 @@ class Chat(UpstreamKind):
         upstream_body.update(stream=True, stream_options={"include_usage": True})
         if inputs.engine_model is not None:
             upstream_body["model"] = inputs.engine_model
-        ids = AnswerIds(req.adapter.call_ids(), inputs.call_ids)
+        ids = AnswerIds(req.api.call_ids(), inputs.call_ids)
         reader = ChatReader(ChatRepair(partial(req.new_parser, "content"), ids.client_id), ids)
         fallback = chat_fallback_body(req, upstream_body)
         return UpstreamPlan(req, upstream_body, reader, None, fallback)
