@@ -29,10 +29,11 @@ from dsmlkit.render import RenderResult
 from dsmlkit.render.tokens import PromptTokenizer
 from dsmlkit.server.jsonbody import read_json
 from dsmlkit.server.metrics import CONTENT_TYPE
+from dsmlkit.server.observer import observer_of
 from dsmlkit.server.offload import run_for_body
 from dsmlkit.server.pipeline import read_request, resolve_model, restore_state
 from dsmlkit.server.plan import prompt_length, render_prompt
-from dsmlkit.server.state import ServedModel, ServerState, record_of, state_of
+from dsmlkit.server.state import ServedModel, ServerState, state_of
 from dsmlkit.server.upstream_kinds import Prompt
 
 router = APIRouter()
@@ -157,13 +158,13 @@ async def _render(request: Request, api: ClientApi[Any]) -> dict[str, Any]:
     :data:`SEALED_MARKER` in its place and ``token_ids`` is null (they would spell it out);
     ``prompt_tokens`` still counts the real prompt.
     """
-    state, record = state_of(request), record_of(request)
+    state, observer = state_of(request), observer_of(request)
     sent, size = await read_json(request)
     model = resolve_model(state, sent)
-    record.model = model.name
+    observer.model(model.name)
     read, _ = await read_request(state, api, model, sent, size)
     restored = await restore_state(state, read)
-    record.note_restore(restored.reasoning, restored.changed, restored.error)
+    observer.restored(restored)
     req = restored.req
     prepared = await run_for_body(size, render_prompt, state, model, req)
     result = prepared.result
@@ -173,7 +174,7 @@ async def _render(request: Request, api: ClientApi[Any]) -> dict[str, Any]:
         notes.append(f"{api.beta_header} ({betas}): accepted; changes nothing in the prompt")
     ids = prepared.token_ids
     if ids is not None:
-        record.prompt_tokens = len(ids)
+        observer.prompt(len(ids))
     shown, shown_ids = prepared, ids
     sealed = [m.param for m in req.conversation.messages if m.reasoning_sealed]
     if sealed:
@@ -286,7 +287,7 @@ async def count_tokens(request: Request) -> JSONResponse:
     """The length of the prompt ``/v1/messages`` would send (reasoning restored from the
     store included): its ids, else the engine's count of the text prompt, else the loaded
     tokenizer's count of the text (approximate when it lacks a template token)."""
-    state, record = state_of(request), record_of(request)
+    state, observer = state_of(request), observer_of(request)
     body, size = await _object(request)
     model = resolve_model(state, body)
     facts = model.engine.facts
@@ -295,7 +296,7 @@ async def count_tokens(request: Request) -> JSONResponse:
     full = {"max_tokens": _COUNT_TOKENS_MAX_TOKENS, **body}
     read, _ = await read_request(state, MESSAGES, model, full, size)
     restored = await restore_state(state, read)
-    record.note_restore(restored.reasoning, restored.changed, restored.error)
+    observer.restored(restored)
     req = restored.req
     prepared = await run_for_body(size, render_prompt, state, model, req)
     count = await prompt_length(state, model, prepared, state.upstream_key)
@@ -303,7 +304,7 @@ async def count_tokens(request: Request) -> JSONResponse:
         tokenizer = model.require_tokenizer()
         text = prepared.encoded.text
         count = len(await anyio.to_thread.run_sync(tokenizer.encode_text, text, True))
-    record.prompt_tokens = count
+    observer.prompt(count)
     usage = {"input_tokens": count, "context_management": {"original_input_tokens": count}}
     return JSONResponse(usage)
 
@@ -338,17 +339,14 @@ async def parse_output(request: Request) -> JSONResponse:
         raise InvalidRequest("must be a string", "model")
     chunk_size = _chunk_size(body.get("chunk_size"), len(text), state.config.parse_max_deltas)
     options = parse_options(api, body.get("tools"), dialect=dialect)
-    record = record_of(request)
-    record.model = model
+    observer = observer_of(request)
+    observer.model(model)
     started = time.perf_counter()
     msg, stream = await anyio.to_thread.run_sync(
         _parse_text, options, api, start_in, text, finish, chunk_size
     )
-    record.parse_seconds = time.perf_counter() - started
-    record.parsed = True
+    observer.parsed(msg, time.perf_counter() - started)
     diagnostics = msg.diagnostics  # no tool_choice to check: the text is all there is
-    record.diagnostics.update(d.kind for d in diagnostics)
-    record.finish_reason = msg.finish_reason
     answer = Answer(api.new_response_id(), int(time.time()))
     response = api.respond(msg, model, answer, None)
     response["parse_diagnostics"] = [

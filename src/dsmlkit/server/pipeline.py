@@ -15,8 +15,10 @@ Each stage is a function of the previous stage's value, and each lives in its ow
 6. **upstream** and **fold** — the upstream request(s) and the events they become, through
    the call gate, remembered at the end (:mod:`.fold`);
 7. **frames** — the API's stream writer or response builder;
-8. **remember** — a Responses answer stored (:mod:`.response_store`); the request record
-   (log line and metrics) is closed by the middleware.
+8. **remember** — a Responses answer stored (:mod:`.response_store`).
+
+No stage writes the request's log line: the route hands the stages' results to the
+request's observer (:mod:`.observer`), which the middleware finishes.
 
 The render routes (:mod:`.local_routes`) run stages 1–5 of the same functions.
 """
@@ -54,14 +56,15 @@ from dsmlkit.parse import Event, MessageCollector
 from dsmlkit.server.apis import upstream_api_error
 from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.event_stream import CancelOnDisconnect, EventStream, LastText
-from dsmlkit.server.fold import Outcome, Upstream, fold, kinds
+from dsmlkit.server.fold import Outcome, Upstream, fold
 from dsmlkit.server.jsonbody import read_json
+from dsmlkit.server.observer import RequestObserver, observer_of
 from dsmlkit.server.offload import run_for_body
 from dsmlkit.server.plan import PlanStage
-from dsmlkit.server.reqlog import RequestRecord, log_event
+from dsmlkit.server.reqlog import log_event
 from dsmlkit.server.response_store import save, stored_history, unreadable_history
 from dsmlkit.server.restore import Restored, restore
-from dsmlkit.server.state import ServedModel, ServerState, record_of, state_of
+from dsmlkit.server.state import ServedModel, ServerState, state_of
 from dsmlkit.server.state_store import StateStoreUnavailable
 from dsmlkit.server.upstream_kinds import UpstreamPlan
 
@@ -100,24 +103,24 @@ for _api, _route in ROUTES.items():
 
 async def answer(request: Request, api: ClientApi[Any]) -> Response:
     """One gateway request, stage by stage (see the module docstring)."""
-    state, record = state_of(request), record_of(request)
+    state, observer = state_of(request), observer_of(request)
     sent, size = await read_json(request)
     route = state.route(_model_named(sent), request.headers)
     model = route.model
     read, links = await read_request(state, api, model, sent, size)
     restored = await restore_state(state, read)
-    record.note_restore(restored.reasoning, restored.changed, restored.error)
+    observer.restored(restored)
     req = restored.req
-    record.stream, record.model, record.parsed = req.stream, model.name, True
+    observer.gateway(model.name, req)
     plan = await plan_upstream(state, model, restored, sent, route.key, size)
-    if plan.tokenize_seconds is not None:
-        record.upstream_wait = plan.tokenize_seconds
-    record.prompt_tokens = plan.prompt_tokens
+    observer.planned(plan)
     upstream = Upstream(route)
-    await upstream.open(plan, record)
-    headers = _clamp_note(plan, model, record)
+    observer.sending(upstream)
+    await upstream.open(plan)
+    headers = _clamp_note(plan, model, observer.request_id)
     outcome = Outcome()
-    events = fold(upstream, plan, record, outcome, state.reasoning, restored.digests)
+    observer.folding(outcome)
+    events = fold(upstream, plan, outcome, state.reasoning, restored.digests, observer.request_id)
     started = Answer(
         id=api.new_response_id(),
         created=int(time.time()),
@@ -130,16 +133,16 @@ async def answer(request: Request, api: ClientApi[Any]) -> Response:
         try:
             await save(state.reasoning, sent, response, links)
         except StateStoreUnavailable as exc:
-            record.state_error = exc.message
+            observer.stored(exc.message)
 
     if req.stream:
         usage = Usage(plan.prompt_tokens, 0) if plan.prompt_tokens is not None else None
         writer = api.open_stream(req, replace(started, usage=usage))
         return EventStream(
-            _stream_body(state, writer, events, outcome, record, remember),
+            _stream_body(state, writer, events, outcome, observer, remember),
             {"cache-control": "no-cache", "x-accel-buffering": "no", **headers},
             # runs after the last byte, after a disconnect, even if the body never started
-            partial(upstream.finish, record),
+            partial(_finish_upstream, upstream, observer),
         )
 
     async def collect() -> bytes:
@@ -151,9 +154,9 @@ async def answer(request: Request, api: ClientApi[Any]) -> Response:
                     for part in batch:
                         collector.add(part)
         finally:
-            upstream.finish(record)
+            _finish_upstream(upstream, observer)
         msg = collector.message()
-        record.diagnostics |= kinds(response_diagnostics(msg, req))  # see kinds
+        observer.answer(response_diagnostics(msg, req))
         ended = replace(started, usage=outcome.usage, stop_sequence=outcome.stop_sequence)
         if not api.keeps_responses:
             return api.respond_json(msg, req.model, ended, req)
@@ -161,7 +164,7 @@ async def answer(request: Request, api: ClientApi[Any]) -> Response:
         await remember(response)
         return json_body(response)
 
-    result = await _cancel_on_disconnect(request, collect, record)
+    result = await _cancel_on_disconnect(request, collect, observer)
     if result is None:
         return Response(status_code=499)  # nobody is listening any more
     return Response(result, media_type="application/json", headers=headers)
@@ -233,7 +236,12 @@ async def plan_upstream(
 # --- helpers of the stages ---------------------------------------------------------------
 
 
-def _clamp_note(plan: UpstreamPlan, model: ServedModel, record: RequestRecord) -> dict[str, str]:
+def _finish_upstream(upstream: Upstream, observer: RequestObserver) -> None:
+    """Close the upstream requests; their figures go to the observer."""
+    observer.upstream_finished(upstream.finish())
+
+
+def _clamp_note(plan: UpstreamPlan, model: ServedModel, request_id: str) -> dict[str, str]:
     """The note on a ``max_tokens`` lowered to what the context leaves after the prompt
     (``--max-tokens-policy clamp``): a log line, and the header for the answer."""
     requested, sent = plan.req.max_tokens, plan.upstream_body.get("max_tokens")
@@ -241,7 +249,7 @@ def _clamp_note(plan: UpstreamPlan, model: ServedModel, record: RequestRecord) -
         return {}
     note = {
         "event": "max_tokens_clamped",
-        "request": record.id,
+        "request": request_id,
         "requested": requested,
         "sent": sent,
         "prompt_tokens": plan.prompt_tokens,
@@ -256,7 +264,7 @@ async def _stream_body(
     writer: StreamWriter,
     events: AsyncGenerator[list[list[Event]], None],
     outcome: Outcome,
-    record: RequestRecord,
+    observer: RequestObserver,
     remember: Callable[[dict[str, Any]], Awaitable[None]],
 ) -> AsyncGenerator[str, None]:
     """The SSE body: frames as events arrive; an error event if the upstream fails or the
@@ -274,35 +282,35 @@ async def _stream_body(
                         yield written
         if scope.cancelled_caught:
             err = ApiError.for_status(503, "the server is shutting down; the answer was cut off")
-            record.fail("shutdown", err.message)
-            yield LastText("".join(writer.error_sse(err, record.id)))
+            observer.failed("shutdown", err.message)
+            yield LastText("".join(writer.error_sse(err, observer.request_id)))
             return
         finished = writer.finish_sse(outcome.usage, outcome.stop_sequence)
         if writer.response is not None:
             await remember(writer.response)
-        record.diagnostics |= kinds(writer.diagnostics)  # see kinds
+        observer.answer(writer.diagnostics)
         yield LastText("".join(finished))
     except UpstreamError as exc:
         err = upstream_api_error(exc)
-        record.fail(err.type, err.message)
-        yield LastText("".join(writer.error_sse(err, record.id)))
+        observer.failed(err.type, err.message)
+        yield LastText("".join(writer.error_sse(err, observer.request_id)))
     except anyio.get_cancelled_exc_class():
-        record.fail(*_DISCONNECTED)
+        observer.failed(*_DISCONNECTED)
         raise
     except Exception as exc:  # a bug must still end the stream with an error event
-        LOGGER.exception("request %s: streaming failed", record.id)
+        LOGGER.exception("request %s: streaming failed", observer.request_id)
         err = ApiError.for_status(500, f"internal error: {type(exc).__name__}")
-        record.fail(err.type, str(exc))
-        yield LastText("".join(writer.error_sse(err, record.id)))
+        observer.failed(err.type, str(exc))
+        yield LastText("".join(writer.error_sse(err, observer.request_id)))
     finally:
         state.close_stream_scope(scope)
 
 
 async def _cancel_on_disconnect(
-    request: Request, work: Callable[[], Awaitable[T]], record: RequestRecord
+    request: Request, work: Callable[[], Awaitable[T]], observer: RequestObserver
 ) -> T | None:
     """Run ``work``; if the client disconnects first, cancel it and return None."""
     async with CancelOnDisconnect(request.receive):
         return await work()
-    record.fail(*_DISCONNECTED)  # reached only when the watch cancelled the work
+    observer.failed(*_DISCONNECTED)  # reached only when the watch cancelled the work
     return None

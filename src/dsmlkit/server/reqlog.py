@@ -1,7 +1,7 @@
-"""One structured record per request: filled in by the handlers, logged as one JSON line.
+"""One structured record per request, logged as one JSON line.
 
-The record lives in the ASGI scope's state (``request.state.record``) from the moment the
-request arrives until its last byte is sent, so streaming handlers can keep adding to it.
+The request's observer (:mod:`.observer`, in the ASGI scope's state from the moment the
+request arrives until its last byte is sent) is the only one that fills it.
 Structured lines (the request records, state store events) go through :func:`log_event`:
 the fields ride on the log record and the JSON formatter writes them out in one go.
 """
@@ -66,11 +66,6 @@ class RequestRecord:
     error_type: str | None = None
     error_message: str | None = None
     duration: float = 0.0
-
-    def note_restore(self, reasoning: int, changed: Counter[str], error: str | None) -> None:
-        """What the restore stage did: turns whose reasoning it put back, what the client
-        changed in the model's turns, and why the store could not be used."""
-        self.reasoning_restored, self.history_changed, self.state_error = reasoning, changed, error
 
     @property
     def overhead(self) -> float | None:

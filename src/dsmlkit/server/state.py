@@ -21,7 +21,6 @@ from dsmlkit.server.engine import EngineStatus, TokenPlan, read_engine
 from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.metrics import Metrics
 from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
-from dsmlkit.server.reqlog import RequestRecord
 from dsmlkit.server.sealing import KeyRing
 from dsmlkit.server.state_store import open_store
 from dsmlkit.server.upstream import UpstreamClient
@@ -288,8 +287,3 @@ def client_keys(headers: Mapping[str, str]) -> list[str]:
 def state_of(request: Request) -> ServerState:
     state: ServerState = request.app.state.dsmlkit
     return state
-
-
-def record_of(request: Request) -> RequestRecord:
-    record: RequestRecord = request.state.record
-    return record
