@@ -67,7 +67,7 @@ def oai_call(call_id: str, name: str = "Read", arguments: str = "{}") -> dict[st
 
 def rejects(api: str, body: dict[str, Any]) -> ApiError:
     with pytest.raises(InvalidRequest) as caught:
-        parse_request(api, body)  # type: ignore[arg-type]
+        parse_request(api, body)
     err = api_error(caught.value)
     assert err.status == 400
     assert err.type == "invalid_request_error"
@@ -593,7 +593,7 @@ def test_developer_messages_are_system_instructions_at_their_place(
             "input": history,
             "thinking": {"type": "enabled" if mode == "thinking" else "disabled"},
         }
-    req = parse_request(api, body, dialect=dialect)  # type: ignore[arg-type]
+    req = parse_request(api, body, dialect=dialect)
     prompt = render_conversation(req.conversation, req.render).prompt
     as_system = [{**m, "role": "system"} if m["role"] == "developer" else m for m in history]
     assert prompt == render(as_system, dialect=dialect, mode=mode).prompt

@@ -40,7 +40,7 @@ def _texts(value: Any) -> list[str]:
 @pytest.mark.parametrize("dialect", ["v3.2", "v4", "v4.1"])
 def test_every_capture_renders(path: Path, dialect: str) -> None:
     body = load(path)
-    req = parse_request(capture_api(path), body, dialect=dialect)  # type: ignore[arg-type]
+    req = parse_request(capture_api(path), body, dialect=dialect)
     result = render_conversation(req.conversation, req.render)
     texts = [text for text in _texts(body["messages"][-1]) if text.strip()]
     assert texts

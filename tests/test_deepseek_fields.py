@@ -40,7 +40,7 @@ def anthropic(**extra: Any) -> dict[str, Any]:
 
 
 def rendered(api: str, body: dict[str, Any], dialect: str = "v4.1") -> RenderResult:
-    req = parse_request(api, body, dialect=dialect)  # type: ignore[arg-type]
+    req = parse_request(api, body, dialect=dialect)
     return render_conversation(req.conversation, req.render)
 
 

@@ -10,8 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from dsmlkit.api import SealError
-from dsmlkit.api.adapters import ReadContext, adapter_for
+from dsmlkit.api import ReadContext, SealError, api_named
 from dsmlkit.parse import ReasoningDelta, ToolCallEnd
 from dsmlkit.server.fold import AnswerTracker
 from dsmlkit.server.model_turns import Digests
@@ -237,7 +236,7 @@ def test_signatures_bind_the_text_the_model_and_the_key_ring() -> None:
 def _restored(mem: ReasoningMemory, api: str, body: dict[str, Any]) -> Restored:
     """``body`` read as the gateway reads it (signatures checked), then restored."""
     context = ReadContext("v4.1", signatures=mem.signer)
-    restored: Restored = run(restore, mem, adapter_for(api).read({"model": "m", **body}, context))  # type: ignore[arg-type]
+    restored: Restored = run(restore, mem, api_named(api).read({"model": "m", **body}, context))
     return restored
 
 
@@ -248,7 +247,7 @@ def test_restore_never_changes_the_request_read() -> None:
     body = {
         "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [call]}]
     }
-    read = adapter_for("openai").read({"model": "m", **body}, ReadContext("v4.1"))
+    read = api_named("openai").read({"model": "m", **body}, ReadContext("v4.1"))
     restored = run(restore, mem, read)
     assert (restored.reasoning, restored.error, restored.put_back) == (1, None, True)
     assert restored.req.conversation.messages[1].reasoning == "why"
@@ -256,7 +255,7 @@ def test_restore_never_changes_the_request_read() -> None:
 
 
 def test_restore_without_known_calls_gives_the_request_as_read() -> None:
-    read = adapter_for("anthropic").read(
+    read = api_named("anthropic").read(
         {"model": "m", "max_tokens": 5, **anthropic_body(None)}, ReadContext("v4.1")
     )
     restored = run(restore, memory(), read)
@@ -324,7 +323,7 @@ def test_calls_gives_what_the_model_wrote_for_known_call_ids() -> None:
         assert (found[two].reasoning, found[three].reasoning) == ("both", "")
         # numbered ids repeat across conversations: keyed with the conversation before them
         conversation = Digests(
-            adapter_for("openai")
+            api_named("openai")
             .read(
                 {"model": "m", "messages": [{"role": "user", "content": "q"}]}, ReadContext("v4.1")
             )

@@ -74,7 +74,7 @@ def test_render_shows_the_exact_prompt_and_ids(
     response = local_client.post(path, json=body)
     assert response.status_code == 200
     shown = response.json()
-    req = parse_request(api, body, dialect="v4.1")  # type: ignore[arg-type]
+    req = parse_request(api, body, dialect="v4.1")
     expected = render_conversation(req.conversation, req.render)
     assert shown["prompt"] == expected.prompt
     assert shown["token_ids"] == load_tokenizer(v41_tokenizer).encode_prompt(expected)

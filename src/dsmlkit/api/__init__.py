@@ -1,20 +1,25 @@
-"""OpenAI Chat Completions, Anthropic Messages and OpenAI Responses adapters (sans-IO).
+"""OpenAI Chat Completions, Anthropic Messages and OpenAI Responses (sans-IO).
 
-Requests become a :class:`ChatRequest` (a typed conversation plus render, parse and
-sampling options); parser events become each API's responses and stream chunks.
-See ``docs/api-adapters.md``.
+Each API is one :class:`ClientApi` (``CHAT``, ``MESSAGES``, ``RESPONSES``; :data:`APIS`):
+requests become a :class:`ChatRequest` (a typed conversation plus render, parse and
+sampling options) that carries its API; parser events become each API's responses and
+stream chunks. See ``docs/api-adapters.md``.
 """
 
-from dsmlkit.api.adapters import ADAPTERS, CHAT, MESSAGES, RESPONSES, ApiAdapter, adapter_for
 from dsmlkit.api.anthropic import (
+    MESSAGES,
     AnthropicStream,
     anthropic_response,
     anthropic_response_json,
     parse_anthropic_request,
 )
 from dsmlkit.api.common import (
+    Answer,
     ChatRequest,
+    ClientApi,
     ParseOptions,
+    ReadContext,
+    StreamWriter,
     Usage,
     check_tool_choice,
     response_diagnostics,
@@ -26,8 +31,11 @@ from dsmlkit.api.errors import (
     api_error,
     openai_error_body,
 )
-from dsmlkit.api.openai import OpenAIStream, openai_response, parse_openai_request
+from dsmlkit.api.openai import CHAT, OpenAIStream, openai_response, parse_openai_request
 from dsmlkit.api.request import (
+    API_NAMES,
+    APIS,
+    api_named,
     call_id_factory,
     convert_output,
     parse_options,
@@ -35,6 +43,7 @@ from dsmlkit.api.request import (
     to_openai_chat_body,
 )
 from dsmlkit.api.responses import (
+    RESPONSES,
     ResponsesRequest,
     ResponsesStream,
     parse_responses_request,
@@ -45,30 +54,34 @@ from dsmlkit.api.sse import SSE_DONE, RawJSON, json_body, sse_anthropic, sse_eve
 from dsmlkit.errors import InvalidRequest
 
 __all__ = [
-    "ADAPTERS",
+    "APIS",
+    "API_NAMES",
     "CHAT",
     "MESSAGES",
     "RESPONSES",
     "SSE_DONE",
+    "Answer",
     "AnthropicStream",
-    "ApiAdapter",
     "ApiError",
     "ChatRequest",
+    "ClientApi",
     "ClientError",
     "InvalidRequest",
     "OpenAIStream",
     "ParseOptions",
     "RawJSON",
+    "ReadContext",
     "ResponsesRequest",
     "ResponsesStream",
     "SealError",
     "Sealer",
+    "StreamWriter",
     "Usage",
-    "adapter_for",
     "anthropic_error_body",
     "anthropic_response",
     "anthropic_response_json",
     "api_error",
+    "api_named",
     "call_id_factory",
     "check_tool_choice",
     "convert_output",

@@ -4,6 +4,7 @@ Conversion rules follow api.md §0 (one tool message per ``tool_result``, refere
 images in a user message right after it; thinking → ``reasoning_content``). Non-streaming:
 :func:`anthropic_response`. Streaming: :class:`AnthropicStream` emits the event grammar of
 api.md §2.4 (one block open at a time, strictly increasing indexes, no ``[DONE]``).
+:data:`MESSAGES` is the API itself (:class:`MessagesApi`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from functools import partial
 from typing import Any, TypeVar
 
 from dsmlkit.api.common import (
+    Answer,
     ChatRequest,
+    ClientApi,
     ParseOptions,
+    ReadContext,
     Usage,
     note_ignored,
     read_effort,
@@ -24,10 +28,12 @@ from dsmlkit.api.common import (
     request_root,
     resolve_thinking,
 )
+from dsmlkit.api.errors import ApiError, anthropic_error_body
 from dsmlkit.api.seal import Sealer, SealError
 from dsmlkit.api.sse import RawJSON, TextFrames, json_body, sse_anthropic
 from dsmlkit.api.stream import BlockStream, Opened, TextKind, spliced
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
+from dsmlkit.errors import InvalidRequest
 from dsmlkit.fields import Field
 from dsmlkit.parse import FinishReason, ParsedMessage, ToolCall, ToolCallStart
 from dsmlkit.render import RenderOptions, resolve_dialect
@@ -110,7 +116,7 @@ def parse_anthropic_request(
     if root["stop_sequences"].present:
         sampling["stop"] = read_stop(root["stop_sequences"])
     return ChatRequest(
-        api="anthropic",
+        api=MESSAGES,
         model=model,
         conversation=conversation,
         render=RenderOptions(
@@ -609,6 +615,10 @@ class AnthropicStream(BlockStream[StreamEvent]):
         """:meth:`finish` as SSE frames."""
         return [sse_anthropic(name, data) for name, data in self.finish(usage, stop_sequence)]
 
+    def error_sse(self, err: ApiError, request_id: str) -> list[str]:
+        """A stream that fails ends with an ``error`` event holding the error envelope."""
+        return [sse_anthropic("error", MESSAGES.error_body(err, request_id))]
+
 
 class _MessagesBlocks:
     """Messages' block steps: ``content_block_start`` (indexes 0, 1, 2 …), one
@@ -692,3 +702,61 @@ class _MessagesBlocks:
 
 def _block_delta(index: int, delta: dict[str, Any]) -> StreamEvent:
     return ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+
+
+# --- the API ---------------------------------------------------------------------------
+
+
+class MessagesApi(ClientApi[ChatRequest]):
+    """Anthropic Messages, ``POST /v1/messages``."""
+
+    name = "messages"
+    aliases = ("anthropic",)
+    path = "/v1/messages"
+    response_id_prefix = "msg_"
+    call_id_prefix = "toolu_"
+    beta_header = "anthropic-beta"
+    usage_at_start = True
+
+    def read(self, body: Any, context: ReadContext) -> ChatRequest:
+        return parse_anthropic_request(body, dialect=context.dialect, signatures=context.signatures)
+
+    def read_tools(self, tools: Any) -> tuple[Tool, ...]:
+        return tuple(read_anthropic_tools(Field(tools, "tools"), [])[0])
+
+    def respond(
+        self, msg: ParsedMessage, model: str, answer: Answer, req: ChatRequest | None
+    ) -> dict[str, Any]:
+        return anthropic_response(msg, model, **_answer_fields(answer, req))
+
+    def respond_json(
+        self, msg: ParsedMessage, model: str, answer: Answer, req: ChatRequest | None
+    ) -> bytes:
+        return anthropic_response_json(msg, model, **_answer_fields(answer, req))
+
+    def open_stream(self, req: ChatRequest, answer: Answer) -> AnthropicStream:
+        return AnthropicStream(
+            req, id=answer.id, usage=answer.usage, sign_thinking=answer.sign_thinking
+        )
+
+    def error_body(
+        self, err: ApiError | InvalidRequest, request_id: str | None = None
+    ) -> dict[str, Any]:
+        """Anthropic's envelope, with the server's ``request_id`` when there is one."""
+        body = anthropic_error_body(err)
+        return body if request_id is None else {**body, "request_id": request_id}
+
+
+def _answer_fields(answer: Answer, req: ChatRequest | None) -> dict[str, Any]:
+    """The keyword arguments of :func:`anthropic_response` for ``answer`` to ``req``."""
+    return {
+        "id": answer.id,
+        "usage": answer.usage,
+        "stop_sequence": answer.stop_sequence,
+        "sign_thinking": answer.sign_thinking,
+        "omit_thinking": req is not None and req.omit_reasoning,
+    }
+
+
+#: Anthropic Messages.
+MESSAGES = MessagesApi()

@@ -1,16 +1,23 @@
-"""What every API shares: the typed request, usage, call ids and tool_choice checks.
+"""What every API shares: the client API class, the typed request, usage, call ids and
+tool_choice checks.
 
-The per-API modules (:mod:`dsmlkit.api.openai`, :mod:`dsmlkit.api.anthropic`) read a
-request body into a :class:`ChatRequest` and build responses; the helpers here hold every
-rule the two have in common, so each exists once.
+Each API's own module (:mod:`dsmlkit.api.openai`, :mod:`dsmlkit.api.anthropic`,
+:mod:`dsmlkit.api.responses`) defines its :class:`ClientApi` subclass, reads a request
+body into a :class:`ChatRequest` that carries that API, and builds responses; the helpers
+here hold every rule they have in common, so each exists once.
 """
 
 from __future__ import annotations
 
+import secrets
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeGuard
+from typing import Any, Generic, Protocol, TypeGuard, TypeVar
 
+from dsmlkit.api.errors import ApiError, openai_error_body
+from dsmlkit.api.seal import Sealer
+from dsmlkit.api.sse import json_body
 from dsmlkit.dialects import Dialect
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.fields import Field
@@ -28,13 +35,8 @@ from dsmlkit.parse import (
     ToolCallEnd,
     ToolCallStart,
 )
-from dsmlkit.render import RenderOptions, RenderResult
+from dsmlkit.render import RenderCache, RenderOptions, RenderResult
 from dsmlkit.render.conversation import Conversation, Tool
-
-if TYPE_CHECKING:
-    from dsmlkit.api.adapters import ApiAdapter
-
-Api = Literal["openai", "anthropic", "responses"]
 
 #: Effort names DeepSeek documents; ``none`` means chat mode, the others are mapped by each
 #: dialect's effort table (``minimal`` → low, ``ultra`` → max, …).
@@ -77,6 +79,147 @@ class ParseOptions:
 
 
 @dataclass(frozen=True)
+class ReadContext:
+    """What a request reader may use besides the body: the dialect, the ``sealer`` that
+    opens sealed Responses reasoning, the caller's ``cache``, ``signatures``, which checks
+    Anthropic thinking-block signatures, and the ``history`` items of a stored Responses
+    conversation the body continues."""
+
+    dialect: str | Dialect
+    sealer: Sealer | None = None
+    cache: RenderCache | None = None
+    signatures: Sealer | None = None
+    history: Sequence[Any] = ()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What an answer carries besides the parsed message: its id and creation time, the
+    usage (for a stream: what is known at its start), the matched stop string, how
+    Anthropic thinking blocks are signed and what seals Responses reasoning."""
+
+    id: str
+    created: int
+    usage: Usage | None = None
+    stop_sequence: str | None = None
+    sign_thinking: Callable[[str], str] | None = None
+    sealer: Sealer | None = None
+
+
+class StreamWriter(Protocol):
+    """The SSE text of one streamed answer, from start to finish: each API's stream class
+    (:class:`~dsmlkit.api.openai.OpenAIStream`, :class:`~dsmlkit.api.anthropic.AnthropicStream`,
+    :class:`~dsmlkit.api.responses.ResponsesStream`)."""
+
+    def start_sse(self) -> list[str]: ...
+    def feed_sse(self, events: Sequence[Event]) -> list[str]: ...
+    def finish_sse(
+        self, usage: Usage | None = None, stop_sequence: str | None = None
+    ) -> list[str]: ...
+    def error_sse(self, err: ApiError, request_id: str) -> list[str]: ...
+    @property
+    def diagnostics(self) -> tuple[Diagnostic, ...]: ...
+    @property
+    def response(self) -> dict[str, Any] | None:
+        """The finished Responses ``response`` object (other APIs: None)."""
+        ...
+
+
+class PrefixedIds:
+    """Fresh ids: ``prefix`` and what ``token`` makes (default 24 random hex digits)."""
+
+    def __init__(self, prefix: str, token: Callable[[], str] | None = None) -> None:
+        self._prefix = prefix
+        self._token = token
+
+    def __call__(self) -> str:
+        return self._prefix + (self._token() if self._token else secrets.token_hex(12))
+
+
+#: The typed request an API reads its bodies into.
+R = TypeVar("R", bound="ChatRequest")
+
+
+class ClientApi(ABC, Generic[R]):
+    """One client API, from the body to the bytes: its route, its request reader, its
+    response builder, its stream writer and its error envelope.
+
+    Each API defines its subclass and its one instance in its own module (``CHAT``,
+    ``MESSAGES``, ``RESPONSES``); :data:`dsmlkit.api.request.APIS` lists them, and the
+    server's routes and the CLI's choices are read from there.
+
+    ``name``: the API's name (``chat``, ``messages``, ``responses``); ``aliases``: the
+    older names also accepted (``openai``, ``anthropic``). ``path``: the gateway route.
+    ``keeps_responses``: a finished answer is a response object the server may store
+    (Responses' ``store`` / ``previous_response_id``). ``chat_form``: the request body is
+    already an OpenAI chat body (sent to a chat upstream as it came). ``beta_header``: the
+    request header naming beta features the API accepts. ``usage_at_start``: a streamed
+    answer reports the prompt's tokens before any output (Messages' ``message_start``).
+    """
+
+    name: str
+    aliases: tuple[str, ...] = ()
+    path: str
+    response_id_prefix: str
+    call_id_prefix: str
+    keeps_responses = False
+    chat_form = False
+    beta_header: str | None = None
+    usage_at_start = False
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name the API is known by: its name, then its aliases."""
+        return (self.name, *self.aliases)
+
+    @property
+    def render_path(self) -> str:
+        """The route that renders this API's request instead of sending it."""
+        return self.path + "/render"
+
+    @abstractmethod
+    def read(self, body: Any, context: ReadContext) -> R:
+        """The typed request of ``body``; raises ``InvalidRequest`` naming the field."""
+
+    @abstractmethod
+    def read_tools(self, tools: Any) -> tuple[Tool, ...]:
+        """A ``tools`` list in this API's form, read and checked as the request reader does."""
+
+    @abstractmethod
+    def respond(
+        self, msg: ParsedMessage, model: str, answer: Answer, req: R | None
+    ) -> dict[str, Any]:
+        """The whole answer to ``req`` (None: an answer to no request, ``/v1/parse``)."""
+
+    def respond_json(self, msg: ParsedMessage, model: str, answer: Answer, req: R | None) -> bytes:
+        """:meth:`respond` as the bytes of a JSON body."""
+        return json_body(self.respond(msg, model, answer, req))
+
+    @abstractmethod
+    def open_stream(self, req: R, answer: Answer) -> StreamWriter:
+        """The stream writer of one streamed answer to ``req``."""
+
+    def error_body(
+        self, err: ApiError | InvalidRequest, request_id: str | None = None
+    ) -> dict[str, Any]:
+        """``err`` in this API's error envelope (with the server's ``request_id`` where the
+        API carries one); OpenAI's envelope unless the API has its own."""
+        return openai_error_body(err)
+
+    def new_response_id(self) -> str:
+        """A fresh answer id: this API's prefix and 24 random hex digits."""
+        return self.response_id_prefix + secrets.token_hex(12)
+
+    def call_ids(self, token: Callable[[], str] | None = None) -> Callable[[], str]:
+        """Fresh tool-call ids with this API's prefix (``token``: the part after it;
+        default 24 random hex digits)."""
+        return PrefixedIds(self.call_id_prefix, token)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+@dataclass(frozen=True)
 class ChatRequest:
     """One validated API request, whichever API it came in.
 
@@ -87,7 +230,7 @@ class ChatRequest:
     "omitted"``: thinking blocks come with an empty text and their signature).
     """
 
-    api: Api
+    api: ClientApi[Any]
     model: str
     conversation: Conversation
     render: RenderOptions
@@ -139,16 +282,9 @@ class ChatRequest:
         """The client's stop strings."""
         return tuple(self.sampling.get("stop", ()))
 
-    @property
-    def adapter(self) -> ApiAdapter:
-        """The adapter of the API this request came in."""
-        from dsmlkit.api.adapters import adapter_for  # the adapters import this module
-
-        return adapter_for(self.api)
-
     def new_parser(self, start_in: StartIn, id_factory: Callable[[], str] | None = None) -> Parser:
         """A parser for this request's output; call ids default to this API's prefix."""
-        return self.parse.parser(start_in, id_factory or self.adapter.call_ids())
+        return self.parse.parser(start_in, id_factory or self.api.call_ids())
 
     def output_parser(
         self, result: RenderResult, id_factory: Callable[[], str] | None = None
@@ -215,6 +351,11 @@ class OutputReader:
         #: the start and argument fragments of a call the prefix left open, still to send
         self._reopened = [e for e in events if _call_event(e) and e.index >= completed]
         self._called = False  # the answer holds a call (counted once the prefix has one)
+
+    @property
+    def in_call(self) -> bool:
+        """The parser's :attr:`~dsmlkit.parse.Parser.in_call`."""
+        return self._parser.in_call
 
     def feed(self, text: str) -> list[Event]:
         return self._own(self._cut_held(self._parser.feed(text)))

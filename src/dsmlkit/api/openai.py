@@ -2,6 +2,7 @@
 
 Non-streaming: :func:`openai_response` builds a ``chat.completion``. Streaming:
 :class:`OpenAIStream` folds parser events into ``chat.completion.chunk`` dicts (api.md §1.3).
+:data:`CHAT` is the API itself (:class:`ChatApi`).
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from functools import partial
 from typing import Any
 
 from dsmlkit.api.common import (
+    Answer,
     ChatRequest,
+    ClientApi,
     ParseOptions,
+    ReadContext,
     Usage,
     note_ignored,
     read_effort,
@@ -22,6 +26,7 @@ from dsmlkit.api.common import (
     request_root,
     resolve_thinking,
 )
+from dsmlkit.api.errors import ApiError
 from dsmlkit.api.sse import SSE_DONE, TextFrames, sse_openai
 from dsmlkit.api.stream import BlockStream, Opened, TextKind, spliced
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
@@ -32,6 +37,7 @@ from dsmlkit.render import RenderCache, RenderOptions, resolve_dialect
 from dsmlkit.render.conversation import (
     CHOICE_MODES,
     Conversation,
+    Tool,
     ToolChoice,
     as_instruction,
     read_messages,
@@ -88,7 +94,7 @@ def parse_openai_request(
         options.present and options["include_usage"].present and options["include_usage"].boolean()
     )
     return ChatRequest(
-        api="openai",
+        api=CHAT,
         model=model,
         conversation=conversation,
         render=RenderOptions(
@@ -262,9 +268,14 @@ class OpenAIStream(BlockStream[dict[str, Any]]):
         """:meth:`start` as SSE frames."""
         return [sse_openai(chunk) for chunk in self.start()]
 
-    def finish_sse(self, usage: Usage | None = None) -> list[str]:
-        """:meth:`finish` as SSE frames, then ``SSE_DONE``."""
+    def finish_sse(self, usage: Usage | None = None, stop_sequence: str | None = None) -> list[str]:
+        """:meth:`finish` as SSE frames, then ``SSE_DONE`` (a chunk has no field for the
+        matched ``stop_sequence``)."""
         return [sse_openai(chunk) for chunk in self.finish(usage)] + [SSE_DONE]
+
+    def error_sse(self, err: ApiError, request_id: str) -> list[str]:
+        """A stream that fails ends with one chunk holding the error envelope."""
+        return [sse_openai(CHAT.error_body(err, request_id))]
 
 
 #: The shape of a text delta's chunk: "content", "reasoning", or the index of its call.
@@ -306,3 +317,35 @@ class _ChatBlocks:
 
     def _delta_frame(self, key: _TextKey, text: str) -> str:
         return sse_openai(self._delta_chunk(key, text))
+
+
+# --- the API ---------------------------------------------------------------------------
+
+
+class ChatApi(ClientApi[ChatRequest]):
+    """OpenAI Chat Completions, ``POST /v1/chat/completions``."""
+
+    name = "chat"
+    aliases = ("openai",)
+    path = "/v1/chat/completions"
+    response_id_prefix = "chatcmpl-"
+    call_id_prefix = "call_"
+    chat_form = True
+
+    def read(self, body: Any, context: ReadContext) -> ChatRequest:
+        return parse_openai_request(body, dialect=context.dialect, cache=context.cache)
+
+    def read_tools(self, tools: Any) -> tuple[Tool, ...]:
+        return tuple(read_tools(Field(tools, "tools")))
+
+    def respond(
+        self, msg: ParsedMessage, model: str, answer: Answer, req: ChatRequest | None
+    ) -> dict[str, Any]:
+        return openai_response(msg, model, id=answer.id, created=answer.created, usage=answer.usage)
+
+    def open_stream(self, req: ChatRequest, answer: Answer) -> OpenAIStream:
+        return OpenAIStream(req, id=answer.id, created=answer.created)
+
+
+#: OpenAI Chat Completions.
+CHAT = ChatApi()

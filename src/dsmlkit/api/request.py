@@ -1,20 +1,44 @@
-"""Entry points that take the API's name: for the CLI, library users and the tests."""
+"""The client APIs by name, and the entry points that take an API's name: for the CLI,
+the server, library users and the tests."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from dsmlkit.api.adapters import ReadContext, adapter_for
-from dsmlkit.api.common import Api, ChatRequest, ParseOptions
+from dsmlkit.api.anthropic import MESSAGES
+from dsmlkit.api.common import ChatRequest, ClientApi, ParseOptions, ReadContext
+from dsmlkit.api.openai import CHAT
+from dsmlkit.api.responses import RESPONSES
 from dsmlkit.api.seal import Sealer
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
+from dsmlkit.errors import CallerError
 from dsmlkit.render import RenderCache, resolve_dialect
 from dsmlkit.render.conversation import unique_tools
 
+#: Every client API; the server's routes and the CLI's choices are read from here.
+APIS: tuple[ClientApi[Any], ...] = (CHAT, MESSAGES, RESPONSES)
+
+#: Every name an API is known by (its name, then its aliases), in :data:`APIS` order.
+API_NAMES = tuple(name for api in APIS for name in api.names)
+
+#: An API, or one of its names.
+ApiRef = str | ClientApi[Any]
+
+
+def api_named(api: ApiRef) -> ClientApi[Any]:
+    """The API named ``api`` (``chat``/``openai``, ``messages``/``anthropic``,
+    ``responses``); an API object is returned as it is."""
+    if isinstance(api, ClientApi):
+        return api
+    found = next((each for each in APIS if api in each.names), None)
+    if found is None:
+        raise CallerError(f"unknown API {api!r}; expected one of {', '.join(API_NAMES)}")
+    return found
+
 
 def parse_request(
-    api: Api,
+    api: ApiRef,
     body: Any,
     *,
     dialect: str | Dialect = DEFAULT_DIALECT,
@@ -26,25 +50,26 @@ def parse_request(
     ``sealer`` opens sealed reasoning in a Responses body (the other APIs have none);
     ``cache`` keeps the messages a Chat Completions body's reader read, for reuse.
     """
-    return adapter_for(api).read(body, ReadContext(dialect, sealer, cache))
+    req: ChatRequest = api_named(api).read(body, ReadContext(dialect, sealer, cache))
+    return req
 
 
 def parse_options(
-    api: Api, tools: Any, *, dialect: str | Dialect = DEFAULT_DIALECT
+    api: ApiRef, tools: Any, *, dialect: str | Dialect = DEFAULT_DIALECT
 ) -> ParseOptions:
     """How to read a model's output for a request that had ``tools`` (in ``api``'s form).
 
     The tools are read and checked exactly as that API's request reader reads them.
     """
-    return ParseOptions(resolve_dialect(dialect), unique_tools(adapter_for(api).read_tools(tools)))
+    return ParseOptions(resolve_dialect(dialect), unique_tools(api_named(api).read_tools(tools)))
 
 
-def call_id_factory(api: Api, token: Callable[[], str] | None = None) -> Callable[[], str]:
+def call_id_factory(api: ApiRef, token: Callable[[], str] | None = None) -> Callable[[], str]:
     """Fresh tool-call ids: ``call_…`` (both OpenAI APIs) or ``toolu_…`` (Anthropic).
 
     ``token`` makes the part after the prefix (default: 24 random hex digits).
     """
-    return adapter_for(api).call_ids(token)
+    return api_named(api).call_ids(token)
 
 
 def convert_output(req: ChatRequest) -> dict[str, Any]:

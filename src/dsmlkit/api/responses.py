@@ -14,6 +14,7 @@ emits the streaming event grammar (``response.created`` … ``response.completed
 event numbered by ``sequence_number``). With ``include: ["reasoning.encrypted_content"]``
 reasoning items carry the reasoning sealed by the caller's :class:`~dsmlkit.api.seal.Sealer`
 for the request's model, which a stateless client's next request hands back.
+:data:`RESPONSES` is the API itself (:class:`ResponsesApi`).
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ from itertools import count
 from typing import Any
 
 from dsmlkit.api.common import (
+    Answer,
     ChatRequest,
+    ClientApi,
     ParseOptions,
+    ReadContext,
     Usage,
     note_ignored,
     read_effort,
@@ -34,6 +38,7 @@ from dsmlkit.api.common import (
     request_root,
     resolve_thinking,
 )
+from dsmlkit.api.errors import ApiError
 from dsmlkit.api.seal import Sealer, SealError
 from dsmlkit.api.sse import TextFrames, json_string, sse_event
 from dsmlkit.api.stream import BlockStream, Opened, TextKind
@@ -198,7 +203,7 @@ def parse_responses_request(
         top_p=sampling.get("top_p"),
     )
     return ResponsesRequest(
-        api="responses",
+        api=RESPONSES,
         model=model,
         conversation=conversation,
         render=RenderOptions(dialect=resolved, thinking=thinking, reasoning_effort=effort),
@@ -693,13 +698,18 @@ class ResponsesStream(BlockStream[StreamEvent]):
         """:meth:`start` as SSE frames."""
         return [_framed(event) for event in self.start()]
 
-    def finish_sse(self, usage: Usage | None = None) -> list[str]:
-        """:meth:`finish` as SSE frames."""
+    def finish_sse(self, usage: Usage | None = None, stop_sequence: str | None = None) -> list[str]:
+        """:meth:`finish` as SSE frames (the response has no field for the matched
+        ``stop_sequence``)."""
         return [_framed(event) for event in self.finish(usage)]
 
     def fail_sse(self, message: str) -> list[str]:
         """:meth:`fail` as SSE frames."""
         return [_framed(event) for event in self.fail(message)]
+
+    def error_sse(self, err: ApiError, request_id: str) -> list[str]:
+        """A stream that fails ends in its own ``response.failed`` event."""
+        return self.fail_sse(str(err))
 
     @property
     def response(self) -> dict[str, Any] | None:
@@ -856,3 +866,46 @@ class _OutputItems:
 
 def _framed(event: StreamEvent) -> str:
     return sse_event(event["type"], event)
+
+
+# --- the API ---------------------------------------------------------------------------
+
+
+class ResponsesApi(ClientApi[ResponsesRequest]):
+    """OpenAI Responses, ``POST /v1/responses``: a stream ends in its own events, failed
+    ones too, and its answers may be stored."""
+
+    name = "responses"
+    path = "/v1/responses"
+    response_id_prefix = "resp_"
+    call_id_prefix = "call_"
+    keeps_responses = True
+
+    def read(self, body: Any, context: ReadContext) -> ResponsesRequest:
+        return parse_responses_request(
+            body, dialect=context.dialect, sealer=context.sealer, history=context.history
+        )
+
+    def read_tools(self, tools: Any) -> tuple[Tool, ...]:
+        return tuple(read_responses_tools(Field(tools, "tools"), [])[0])
+
+    def respond(
+        self, msg: ParsedMessage, model: str, answer: Answer, req: ResponsesRequest | None
+    ) -> dict[str, Any]:
+        if req is None:
+            raise CallerError("a Responses answer echoes its request: pass the ResponsesRequest")
+        return responses_response(
+            msg,
+            req,
+            id=answer.id,
+            created_at=answer.created,
+            usage=answer.usage,
+            sealer=answer.sealer,
+        )
+
+    def open_stream(self, req: ResponsesRequest, answer: Answer) -> ResponsesStream:
+        return ResponsesStream(req, id=answer.id, created_at=answer.created, sealer=answer.sealer)
+
+
+#: OpenAI Responses.
+RESPONSES = ResponsesApi()

@@ -126,6 +126,11 @@ class BlockStream(Generic[Frame]):
         return self._fold(events, 1)
 
     @property
+    def response(self) -> dict[str, Any] | None:
+        """The finished response object the stream ends with (Responses only; else None)."""
+        return None
+
+    @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
         """The parser's diagnostics and tool_choice's report (after ``finish``)."""
         if self._message is None:

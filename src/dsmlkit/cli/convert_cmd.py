@@ -16,9 +16,7 @@ import json
 import sys
 from typing import Any
 
-from dsmlkit.api import convert_output, parse_request
-from dsmlkit.api.adapters import ADAPTERS, adapter_for
-from dsmlkit.api.common import Api
+from dsmlkit.api import API_NAMES, api_named, convert_output, parse_request
 from dsmlkit.cli import (
     DIALECT_HELP,
     DIALECT_METAVAR,
@@ -40,7 +38,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "Print the canonical messages, tools and options of a request body; an invalid "
         "request prints the API's error body on stdout and exits 3."
     )
-    parser.add_argument("--from", dest="api", required=True, choices=tuple(ADAPTERS))
+    parser.add_argument("--from", dest="api", required=True, choices=API_NAMES)
     parser.add_argument(
         "--dialect",
         type=dialect_name,
@@ -70,9 +68,9 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _refuse(api: Api, err: InvalidRequest, message: str) -> int:
+def _refuse(api: str, err: InvalidRequest, message: str) -> int:
     """The API's error body for ``err`` on stdout, ``message`` on stderr: exit 3."""
-    _print_json(adapter_for(api).error_body(err))
+    _print_json(api_named(api).error_body(err))
     return fail("convert", message, EXIT_INPUT)
 
 

@@ -20,6 +20,7 @@ from dsmlkit.cli import (
     load_tools,
     read_input,
 )
+from dsmlkit.dialects import DEFAULT_DIALECT
 from dsmlkit.errors import CallerError
 from dsmlkit.parse import MessageCollector, Parser, event_to_json
 
@@ -34,7 +35,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("file", nargs="?", metavar="FILE", help="model output (default: stdin)")
     parser.add_argument(
-        "--dialect", type=dialect_name, metavar=DIALECT_METAVAR, default="v4.1", help=DIALECT_HELP
+        "--dialect",
+        type=dialect_name,
+        metavar=DIALECT_METAVAR,
+        default=DEFAULT_DIALECT.name,
+        help=DIALECT_HELP,
     )
     parser.add_argument(
         "--thinking",

@@ -26,7 +26,7 @@ import warnings
 from dataclasses import replace
 from typing import Any
 
-from dsmlkit.api import parse_request
+from dsmlkit.api import API_NAMES, parse_request
 from dsmlkit.cli import (
     DIALECT_HELP,
     DIALECT_METAVAR,
@@ -86,7 +86,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tool-reference", choices=("name", "schema"))
     parser.add_argument(
         "--api",
-        choices=("openai", "anthropic", "responses"),
+        choices=API_NAMES,
         help="the input is a full request body of this API",
     )
     parser.add_argument(

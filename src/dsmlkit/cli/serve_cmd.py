@@ -27,6 +27,7 @@ from dsmlkit.cli import (
     dialect_name,
     fail,
 )
+from dsmlkit.dialects import DEFAULT_DIALECT
 from dsmlkit.errors import install_hint
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--dialect",
         type=dialect_name,
         metavar=DIALECT_METAVAR,
-        help=f"{DIALECT_HELP} (default: v4.1)",
+        help=f"{DIALECT_HELP} (default: {DEFAULT_DIALECT.name})",
     )
     add(
         "--model",
@@ -115,7 +116,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add("--upstream", metavar="URL", help="engine base URL, e.g. http://127.0.0.1:8001/v1")
     add(
         "--upstream-api",
-        choices=("completions", "chat"),
+        choices=("completions", "chat"),  # UPSTREAM_KINDS (server extra: not imported here)
         help="how to talk to the upstream (default: completions)",
     )
     add(
@@ -271,6 +272,7 @@ def run(args: argparse.Namespace) -> int:
         from dsmlkit.server.config import ConfigError, allowed_hosts, load_config_file
         from dsmlkit.server.runtime import configure_logging, metrics_directory, serve
         from dsmlkit.server.state_store import StateSettingError, per_process
+        from dsmlkit.server.upstream_kinds import DEFAULT_UPSTREAM_KIND
     except ImportError as exc:
         missing = f"needs the server extra ({exc.name} is missing)"
         return fail("serve", f"{missing}: {install_hint('server')}", EXIT_START)
@@ -287,10 +289,10 @@ def run(args: argparse.Namespace) -> int:
             return fail("serve", str(exc), EXIT_CONFIG)
     else:
         settings.update(
-            dialect=args.dialect or "v4.1",
+            dialect=args.dialect or DEFAULT_DIALECT.name,
             model=args.model,
             upstream=args.upstream,
-            upstream_api=args.upstream_api or "completions",
+            upstream_api=args.upstream_api or DEFAULT_UPSTREAM_KIND,
             tokenizer=args.tokenizer,
         )
     if args.workers > 1 and per_process(args.state):

@@ -89,7 +89,7 @@ from collections.abc import Callable, Iterable, Mapping
 from json.encoder import encode_basestring
 from typing import Any, Final, Literal
 
-from dsmlkit.dialects import EOS, Dialect, get_dialect
+from dsmlkit.dialects import DEFAULT_DIALECT, EOS, Dialect, get_dialect
 from dsmlkit.errors import CallerError, InternalError
 from dsmlkit.parse.arguments import ArgumentsBuilder, arguments_delta
 from dsmlkit.parse.events import (
@@ -255,7 +255,7 @@ class Parser:
 
     def __init__(
         self,
-        dialect: str | Dialect = "v4.1",
+        dialect: str | Dialect = DEFAULT_DIALECT,
         *,
         start_in: StartIn = "content",
         strict: bool = False,
@@ -311,6 +311,11 @@ class Parser:
         )
 
     # ------------------------------------------------------------------ public API
+
+    @property
+    def in_call(self) -> bool:
+        """The output has opened an invoke and not closed it yet (its name was read)."""
+        return self._call is not None
 
     def feed(self, text: str) -> list[Event]:
         """Consume one delta of model output; return the events it decided."""
@@ -1070,7 +1075,7 @@ class Parser:
 
 def parse(
     text: str,
-    dialect: str | Dialect = "v4.1",
+    dialect: str | Dialect = DEFAULT_DIALECT,
     *,
     start_in: StartIn = "content",
     strict: bool = False,

@@ -185,7 +185,7 @@ def render(
     messages: Sequence[Mapping[str, Any]],
     tools: Sequence[Mapping[str, Any]] | None = None,
     *,
-    dialect: str | Dialect = "v4.1",
+    dialect: str | Dialect = DEFAULT_DIALECT,
     mode: str = "thinking",
     reasoning_effort: str | int | None = None,
     effort_table: str | None = None,

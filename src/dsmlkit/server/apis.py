@@ -1,25 +1,24 @@
 """The client APIs over HTTP: which API a route speaks, and error responses in its envelope.
 
-Each route belongs to one API (``/v1/messages…`` is Anthropic, ``/v1/responses…`` OpenAI
-Responses, everything else speaks OpenAI Chat's shapes); everything else about an API is
-its :class:`~dsmlkit.api.adapters.ApiAdapter`.
+Each route belongs to one API: the one whose ``path`` it starts with (``/v1/messages…`` is
+Messages, ``/v1/responses…`` Responses); every other route speaks Chat Completions' shapes.
+Everything else about an API is its :class:`~dsmlkit.api.ClientApi`.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi.responses import JSONResponse
 
-from dsmlkit.api.adapters import CHAT, MESSAGES, RESPONSES, ApiAdapter
+from dsmlkit.api import APIS, CHAT, ClientApi
 from dsmlkit.api.errors import ApiError
 from dsmlkit.server.errors import UpstreamError
 
-#: Route prefixes of the APIs other than Chat Completions (the default).
-_ROUTE_PREFIXES = (("/v1/messages", MESSAGES), ("/v1/responses", RESPONSES))
 
-
-def api_for_path(path: str) -> ApiAdapter:
+def api_for_path(path: str) -> ClientApi[Any]:
     """Which API's shapes a route answers in."""
-    return next((adapter for prefix, adapter in _ROUTE_PREFIXES if path.startswith(prefix)), CHAT)
+    return next((api for api in APIS if path.startswith(api.path)), CHAT)
 
 
 #: Statuses a client must not retry: the same key gets the same answer. The official SDKs
@@ -27,12 +26,10 @@ def api_for_path(path: str) -> ApiAdapter:
 NO_RETRY_STATUSES = (401, 403)
 
 
-def error_response(adapter: ApiAdapter, err: ApiError, request_id: str) -> JSONResponse:
+def error_response(api: ClientApi[Any], err: ApiError, request_id: str) -> JSONResponse:
     """A complete error response in the API's envelope (401 and 403 say not to retry)."""
     headers = {"x-should-retry": "false"} if err.status in NO_RETRY_STATUSES else None
-    return JSONResponse(
-        adapter.error_body(err, request_id), status_code=err.status, headers=headers
-    )
+    return JSONResponse(api.error_body(err, request_id), status_code=err.status, headers=headers)
 
 
 def upstream_api_error(exc: UpstreamError) -> ApiError:

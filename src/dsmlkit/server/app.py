@@ -36,8 +36,9 @@ from dsmlkit.server import inspector, local_routes, pipeline
 from dsmlkit.server.apis import api_for_path, error_response, upstream_api_error
 from dsmlkit.server.config import ServerConfig, host_name, is_loopback_name
 from dsmlkit.server.errors import UpstreamError
+from dsmlkit.server.observer import RequestObserver, observer_of
 from dsmlkit.server.reqlog import RequestRecord, new_request_id
-from dsmlkit.server.state import ServerState, client_keys, record_of
+from dsmlkit.server.state import ServerState, client_keys
 
 LOGGER = logging.getLogger("dsmlkit.server")
 
@@ -147,9 +148,9 @@ def _drain_on_stop_signals(state: ServerState) -> Iterator[None]:
 
 
 def _respond(request: Request, err: ApiError) -> JSONResponse:
-    record = record_of(request)
-    record.fail(err.type, err.message)
-    return error_response(api_for_path(request.url.path), err, record.id)
+    observer = observer_of(request)
+    observer.failed(err.type, err.message)
+    return error_response(api_for_path(request.url.path), err, observer.request_id)
 
 
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
@@ -160,7 +161,7 @@ async def _api_error(request: Request, exc: Exception) -> JSONResponse:
 async def _upstream_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, UpstreamError)
     if exc.url is not None:  # the client's answer does not name it; the log does
-        LOGGER.warning("request %s: %s: %s", record_of(request).id, exc.url, exc.message)
+        LOGGER.warning("request %s: %s: %s", observer_of(request).request_id, exc.url, exc.message)
     return _respond(request, upstream_api_error(exc))
 
 
@@ -283,16 +284,18 @@ class RequestMiddleware:
         path: str = scope["path"]
         api = api_for_path(path)
         route = path if path in self.routes else "other"  # bounded metric labels
-        record = RequestRecord(id=new_request_id(), method=scope["method"], route=route)
-        scope.setdefault("state", {})["record"] = record
+        observer = RequestObserver(
+            RequestRecord(id=new_request_id(), method=scope["method"], route=route)
+        )
+        scope.setdefault("state", {})["observer"] = observer
         started = False
 
         async def send_with_id(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
-                record.status = message["status"]
-                request_id = record.id.encode()  # under both names the SDKs read
+                observer.answered_with(message["status"])
+                request_id = observer.request_id.encode()  # under both names the SDKs read
                 headers = [
                     *message.get("headers", []),
                     (b"x-request-id", request_id),
@@ -304,10 +307,12 @@ class RequestMiddleware:
         try:
             body, refusal = await self._read_body(scope, receive, self._refusal(scope))
             if refusal is not None:
-                record.fail(refusal.type, refusal.message)
-                await error_response(api, refusal, record.id)(scope, receive, send_with_id)
+                observer.failed(refusal.type, refusal.message)
+                await error_response(api, refusal, observer.request_id)(
+                    scope, receive, send_with_id
+                )
                 return
-            record.body_bytes = sum(len(m.get("body", b"")) for m in body)
+            observer.received(sum(len(m.get("body", b"")) for m in body))
             endpoint = self.direct.get(path) if scope["method"] == "POST" else None
             if endpoint is None:
                 await FastAPI.__call__(self.app, scope, _replay(body, receive), send_with_id)
@@ -315,14 +320,13 @@ class RequestMiddleware:
                 scope["app"] = self.app  # what FastAPI would have set (``request.app``)
                 await _call_direct(endpoint, scope, _replay(body, receive), send_with_id)
         except Exception as exc:
-            LOGGER.exception("request %s failed", record.id)
-            record.fail("api_error", f"{type(exc).__name__}: {exc}")
+            LOGGER.exception("request %s failed", observer.request_id)
+            observer.failed("api_error", f"{type(exc).__name__}: {exc}")
             if not started:
                 err = _internal_error(exc)
-                await error_response(api, err, record.id)(scope, receive, send_with_id)
+                await error_response(api, err, observer.request_id)(scope, receive, send_with_id)
         finally:
-            record.finish()
-            self.state.metrics.record(record)
+            observer.finish(self.state.metrics)
 
     def _refusal(self, scope: Scope) -> ApiError | None:
         """What a request is refused for before its body is used, in this order: its

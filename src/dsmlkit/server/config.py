@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from dsmlkit.dialects import get_dialect
+from dsmlkit.dialects import DEFAULT_DIALECT, get_dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.server.sealing import read_secrets
+from dsmlkit.server.upstream_kinds import DEFAULT_UPSTREAM_KIND, UPSTREAM_KINDS, UpstreamKind
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-UpstreamApi = Literal["completions", "chat"]
 #: What to do with a ``max_tokens`` past what the engine's context leaves after the prompt.
 MaxTokensPolicy = Literal["clamp", "reject"]
 MAX_TOKENS_POLICIES: tuple[MaxTokensPolicy, ...] = ("clamp", "reject")
@@ -120,9 +120,9 @@ class ModelConfig:
     """
 
     name: str
-    dialect: str = "v4.1"
+    dialect: str = DEFAULT_DIALECT.name
     upstream: str | None = None
-    upstream_api: UpstreamApi = "completions"
+    upstream_api: str = DEFAULT_UPSTREAM_KIND
     upstream_model: str | None = None
     tokenizer: str | None = None
     aliases: tuple[str, ...] = ()
@@ -132,10 +132,9 @@ class ModelConfig:
             object.__setattr__(self, "dialect", get_dialect(self.dialect).name)
         except ValueError as exc:
             raise ConfigError(str(exc), "dialect") from None
-        if self.upstream_api not in ("completions", "chat"):
-            raise ConfigError(
-                f"must be 'completions' or 'chat', not {self.upstream_api!r}", "upstream_api"
-            )
+        if self.upstream_api not in UPSTREAM_KINDS:
+            names = " or ".join(repr(name) for name in UPSTREAM_KINDS)
+            raise ConfigError(f"must be {names}, not {self.upstream_api!r}", "upstream_api")
         if self.upstream is not None:
             parts = urlsplit(self.upstream)
             if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -151,6 +150,11 @@ class ModelConfig:
         return (self.name, *self.aliases)
 
     @property
+    def kind(self) -> UpstreamKind:
+        """The upstream kind that ``upstream_api`` names."""
+        return UPSTREAM_KINDS[self.upstream_api]
+
+    @property
     def upstream_endpoint(self) -> str | None:
         """The full URL requests go to: ``…/v1/completions`` or ``…/v1/chat/completions``.
 
@@ -159,7 +163,7 @@ class ModelConfig:
         """
         if self.upstream is None:
             return None
-        route = "/completions" if self.upstream_api == "completions" else "/chat/completions"
+        route = self.kind.route
         base = self.upstream.rstrip("/")
         path = urlsplit(base).path
         if path.endswith("/completions"):
@@ -206,10 +210,10 @@ class ServerConfig:
     (``reject``).
     """
 
-    dialect: str = "v4.1"
+    dialect: str = DEFAULT_DIALECT.name
     model: str | None = None
     upstream: str | None = None
-    upstream_api: UpstreamApi = "completions"
+    upstream_api: str = DEFAULT_UPSTREAM_KIND
     tokenizer: str | None = None
     models: tuple[ModelConfig, ...] = ()
     api_key: str | None = None
@@ -300,6 +304,11 @@ class ServerConfig:
         return self.model_configs[0].name
 
     @property
+    def kind(self) -> UpstreamKind:
+        """The upstream kind that ``upstream_api`` names."""
+        return UPSTREAM_KINDS[self.upstream_api]
+
+    @property
     def upstream_endpoint(self) -> str | None:
         """The first model's upstream endpoint."""
         return self.model_configs[0].upstream_endpoint
@@ -348,7 +357,7 @@ def _model(table: Any, where: str) -> ModelConfig:
             name=table["name"],
             dialect=table["dialect"],
             upstream=table["upstream"],
-            upstream_api=table.get("upstream_api", "completions"),
+            upstream_api=table.get("upstream_api", DEFAULT_UPSTREAM_KIND),
             upstream_model=table.get("upstream_model", table["name"]),
             tokenizer=table.get("tokenizer"),
             aliases=tuple(aliases),

@@ -23,6 +23,7 @@ from dsmlkit.render.tokens import PromptTokenizer
 from dsmlkit.server.config import ModelConfig, redacted
 from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.upstream import UpstreamClient
+from dsmlkit.server.upstream_kinds import Encoded
 
 #: Text whose ids both tokenizers must agree on (plain words, digits, CJK, spaces).
 SAMPLE_TEXT = "Hello, world! 1234 你好 ok"
@@ -75,7 +76,7 @@ async def read_engine(
     length = card.get("max_model_len")
     max_model_len = length if isinstance(length, int) and length > 0 else None
     token_ids = None
-    if model.upstream_api == "completions":
+    if model.kind.reads_token_ids:
         token_ids = await _engine_token_ids(client, root, name, api_key)
     return EngineFacts(served, max_model_len, token_ids)
 
@@ -105,15 +106,6 @@ async def _engine_token_ids(
             )
         ids[text] = tuple(tokens)
     return ids
-
-
-@dataclass(frozen=True)
-class Encoded:
-    """A prompt as it goes upstream: ids (or None: text) and the text, with notes."""
-
-    token_ids: list[int] | None
-    text: str
-    notes: tuple[str, ...]
 
 
 @dataclass(frozen=True)

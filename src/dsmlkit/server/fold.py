@@ -7,6 +7,10 @@ reaches the client passes a :class:`CallGate`, which lets through only calls to 
 request declares and enforces ``tool_choice`` and ``parallel_tool_calls`` whatever the
 engine wrote (the plan stage's part of forcing a call is :mod:`.forced`); what the model
 wrote is remembered under its call ids before the last events go out.
+
+Neither stage writes the request's log line: :meth:`Upstream.finish` returns the
+upstream's figures (:class:`UpstreamFigures`) and :func:`fold` fills its
+:class:`Outcome`; the request's observer (:mod:`.observer`) reads both.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import TracebackType
 from typing import Any
 
 from dsmlkit.api import ChatRequest, Usage
@@ -31,11 +36,12 @@ from dsmlkit.parse import (
 )
 from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.model_turns import Digests, ModelCall
-from dsmlkit.server.plan import UpstreamPlan
+from dsmlkit.server.readers import Done
 from dsmlkit.server.reasoning_store import ReasoningMemory
-from dsmlkit.server.reqlog import RequestRecord, log_event
+from dsmlkit.server.reqlog import log_event
 from dsmlkit.server.state import Route
 from dsmlkit.server.upstream import UpstreamStream
+from dsmlkit.server.upstream_kinds import UpstreamPlan
 
 LOGGER = logging.getLogger("dsmlkit.server")
 
@@ -43,12 +49,51 @@ LOGGER = logging.getLogger("dsmlkit.server")
 _ABORTED = ("abort", "error")
 
 
+class Stopwatch:
+    """The time spent inside its ``with`` blocks, summed (``seconds``)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __enter__(self) -> None:
+        self._started = time.perf_counter()
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.seconds += time.perf_counter() - self._started
+
+
 @dataclass
 class Outcome:
-    """What the upstream reported besides text: usage and a matched stop string."""
+    """What :func:`fold` found out, filled as it goes (so that an answer that fails midway
+    still tells what it did): the usage and matched stop string the upstream reported,
+    the finish reason, the diagnostics that passed, the parser's time, and why what the
+    model wrote could not be remembered. ``tokens``: the usage the answer reports, once
+    it ended as it should."""
 
     usage: Usage | None = None
     stop_sequence: str | None = None
+    finish_reason: str | None = None
+    diagnostics: Counter[str] = field(default_factory=Counter)
+    parsing: Stopwatch = field(default_factory=Stopwatch)
+    tokens: Usage | None = None
+    state_error: str | None = None
+
+
+@dataclass(frozen=True)
+class UpstreamFigures:
+    """The upstream requests of one answer, measured: their time, the part of it spent
+    waiting on the upstream (its headers and each read of its stream), and the gateway's
+    own time per read."""
+
+    seconds: float
+    waited: float
+    gaps: tuple[float, ...]
 
 
 class Upstream:
@@ -60,14 +105,13 @@ class Upstream:
         self._streams: list[UpstreamStream] = []
         self.fell_back = False
 
-    async def open(self, plan: UpstreamPlan, record: RequestRecord) -> None:
+    async def open(self, plan: UpstreamPlan) -> None:
         """Open the first upstream request; a 400 to a forced choice retries the fallback."""
         try:
             await self._send(plan.upstream_body)
         except UpstreamError as exc:
             if plan.fallback_body is None or exc.status != 400:
                 raise
-            record.diagnostics["tool_choice_fallback"] += 1
             self.fell_back = True
             await self._send(plan.fallback_body)
 
@@ -88,38 +132,42 @@ class Upstream:
         """The open request."""
         return self._streams[-1]
 
-    def finish(self, record: RequestRecord) -> None:
-        """Close the open request (if any) and record the upstream's figures."""
+    def finish(self) -> UpstreamFigures:
+        """Close the open request (if any); the upstream's figures."""
         if self._streams:
             self.stream.close()
         streams = self._streams
-        record.upstream_seconds = sum(stream.seconds for stream in streams)
-        record.upstream_wait = (record.upstream_wait or 0.0) + sum(s.waited for s in streams)
-        record.chunk_overheads = [gap for stream in streams for gap in stream.gaps]
+        return UpstreamFigures(
+            sum(stream.seconds for stream in streams),
+            sum(stream.waited for stream in streams),
+            tuple(gap for stream in streams for gap in stream.gaps),
+        )
 
 
 async def fold(
     upstream: Upstream,
     plan: UpstreamPlan,
-    record: RequestRecord,
     outcome: Outcome,
     memory: ReasoningMemory,
     digests: Digests,
+    request_id: str,
 ) -> AsyncGenerator[list[list[Event]], None]:
     """Parser events for the upstream's streams, ending with the close() events; what the
     model wrote is remembered under its call ids (short ones with the ``digests`` of the
-    conversation it continues) before the last events go out.
+    conversation it continues) before the last events go out. What it finds out goes
+    into ``outcome``; a call held back is logged under ``request_id``.
 
     Yields batches: the event lists (one per upstream choice that made any) of one read of
     the upstream body, so that what arrived together is written together; each list stays
     one writer ``feed`` call, so the bytes do not depend on how reads fall.
     """
+    reader = plan.reader
     answer = AnswerTracker(hidden=plan.req.omit_reasoning)
     gate = CallGate(plan.req)
-    opening = gate.feed(plan.opening)[0]
+    opening = gate.feed(reader.opening)[0]
     if opening:
         answer.add(opening)
-        yield [_noted(record, opening)]
+        yield [_noted(outcome, request_id, opening)]
     spent = 0  # completion tokens of earlier upstream requests of this answer
     while True:
         finish: str | None = None
@@ -132,10 +180,12 @@ async def fold(
                 if isinstance(usage, Mapping):
                     outcome.usage = _added_usage(outcome.usage, _usage(usage), spent)
                 for choice in chunk.get("choices") or ():
-                    events, cut = gate.feed(_timed(record, plan.feed, choice))
+                    with outcome.parsing:
+                        read = reader.feed(choice)
+                    events, cut = gate.feed(read)
                     if events:
                         answer.add(events)
-                        batch.append(_noted(record, events))
+                        batch.append(_noted(outcome, request_id, events))
                     if cut:
                         break
                     if choice.get("finish_reason"):
@@ -149,7 +199,7 @@ async def fold(
             if cut:
                 break
         if cut:
-            final = _noted(record, cut_ending())
+            final = _noted(outcome, request_id, cut_ending())
             break
         if finish is None or finish in _ABORTED:
             said = "" if finish is None else f" (finish_reason {finish!r})"
@@ -157,27 +207,28 @@ async def fold(
         if stop_reason in plan.req.stop_sequences:
             outcome.stop_sequence = stop_reason
         spent = outcome.usage.completion_tokens if outcome.usage is not None else spent
-        follow = plan.resume(finish, stop_reason, spent) if plan.resume else ([], None)
-        more = gate.feed(follow[0])[0]
+        step = reader.after_stream(finish, stop_reason, spent)
+        more = gate.feed(step.events)[0]
         if more:
             answer.add(more)
-            yield [_noted(record, more)]
-        if follow[1] is None:
-            closing, cut = gate.feed(_timed(record, plan.close, finish))
-            final = _noted(record, closing + cut_ending() if cut else closing)
+            yield [_noted(outcome, request_id, more)]
+        if isinstance(step, Done):
+            with outcome.parsing:
+                closed = reader.close(finish)
+            closing, cut = gate.feed(closed)
+            final = _noted(outcome, request_id, closing + cut_ending() if cut else closing)
             break
-        await upstream.follow(follow[1])
+        await upstream.follow(step.body)
     if outcome.usage is None:
         outcome.usage = Usage(plan.prompt_tokens or 0, 0)
     answer.add(final)
-    record.finish_reason = next(e.finish_reason for e in final if isinstance(e, OutputEnd))
-    refused = missing_call(plan.req, gate, record.finish_reason, upstream.fell_back)
+    outcome.finish_reason = next(e.finish_reason for e in final if isinstance(e, OutputEnd))
+    refused = missing_call(plan.req, gate, outcome.finish_reason, upstream.fell_back)
     if refused is not None:
         raise UpstreamError("broken", refused)
-    record.prompt_tokens = outcome.usage.prompt_tokens
-    record.completion_tokens = outcome.usage.completion_tokens
-    calls = answer.calls(plan.upstream_ids)
-    record.state_error = await memory.remember(calls, digests) or record.state_error
+    outcome.tokens = outcome.usage
+    calls = answer.calls(reader.upstream_ids)
+    outcome.state_error = await memory.remember(calls, digests)
     yield [final]
 
 
@@ -219,31 +270,16 @@ class AnswerTracker:
         }
 
 
-def _timed(record: RequestRecord, step: Callable[[Any], list[Event]], arg: Any) -> list[Event]:
-    started = time.perf_counter()
-    try:
-        return step(arg)
-    finally:
-        record.parse_seconds += time.perf_counter() - started
-
-
-def _noted(record: RequestRecord, events: list[Event]) -> list[Event]:
+def _noted(outcome: Outcome, request_id: str, events: list[Event]) -> list[Event]:
     """Count diagnostics as they pass (what a failed stream still logs); a call held back
     from the client gets a log line of its own, with its arguments."""
     for event in events:
         if isinstance(event, Diagnostic):
-            record.diagnostics[event.kind] += 1
+            outcome.diagnostics[event.kind] += 1
             if event.kind == HELD_BACK:
-                held = {"event": HELD_BACK, "request": record.id, "message": event.message}
+                held = {"event": HELD_BACK, "request": request_id, "message": event.message}
                 log_event(LOGGER, logging.WARNING, event.message, {**held, "arguments": event.text})
     return events
-
-
-def kinds(diagnostics: tuple[Diagnostic, ...]) -> Counter[str]:
-    """The kinds of an answer's final diagnostics: its events' (which :func:`fold`
-    counted already, so they are merged by maximum, not added) and tool_choice's report.
-    Counts kept only on the record (``tool_choice_fallback``) stay."""
-    return Counter(d.kind for d in diagnostics)
 
 
 def _added_usage(before: Usage | None, stage: Usage, spent: int) -> Usage:

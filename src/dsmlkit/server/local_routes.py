@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -10,8 +11,17 @@ import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from dsmlkit.api import ChatRequest, ParseOptions, parse_options
-from dsmlkit.api.adapters import CHAT, MESSAGES, RESPONSES, Answer, ApiAdapter, adapter_for
+from dsmlkit.api import (
+    CHAT,
+    MESSAGES,
+    RESPONSES,
+    Answer,
+    ChatRequest,
+    ClientApi,
+    ParseOptions,
+    api_named,
+    parse_options,
+)
 from dsmlkit.dialects import BOS
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.parse import MessageCollector, ParsedMessage, event_to_json
@@ -19,10 +29,12 @@ from dsmlkit.render import RenderResult
 from dsmlkit.render.tokens import PromptTokenizer
 from dsmlkit.server.jsonbody import read_json
 from dsmlkit.server.metrics import CONTENT_TYPE
+from dsmlkit.server.observer import observer_of
 from dsmlkit.server.offload import run_for_body
 from dsmlkit.server.pipeline import read_request, resolve_model, restore_state
-from dsmlkit.server.plan import Prompt, prompt_length, render_prompt
-from dsmlkit.server.state import ServedModel, ServerState, record_of, state_of
+from dsmlkit.server.plan import prompt_length, render_prompt
+from dsmlkit.server.state import ServedModel, ServerState, state_of
+from dsmlkit.server.upstream_kinds import Prompt
 
 router = APIRouter()
 
@@ -45,10 +57,10 @@ async def _object(request: Request) -> tuple[dict[str, Any], int]:
 
 
 async def _prompt(
-    state: ServerState, model: ServedModel, adapter: ApiAdapter, body: Any, size: int
+    state: ServerState, model: ServedModel, api: ClientApi[Any], body: Any, size: int
 ) -> Prompt:
     """The pipeline's typed request and plan stages for a body with no state to restore."""
-    req, _ = await read_request(state, adapter, model, body, size)
+    req, _ = await read_request(state, api, model, body, size)
     return await run_for_body(size, render_prompt, state, model, req)
 
 
@@ -114,22 +126,29 @@ async def metrics(request: Request) -> Response:
     return Response(state_of(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
-@router.post("/v1/chat/completions/render")
-async def render_openai(request: Request) -> JSONResponse:
+async def render_chat(request: Request) -> JSONResponse:
     return JSONResponse(await _render(request, CHAT))
 
 
-@router.post("/v1/messages/render")
-async def render_anthropic(request: Request) -> JSONResponse:
+async def render_messages(request: Request) -> JSONResponse:
     return JSONResponse(await _render(request, MESSAGES))
 
 
-@router.post("/v1/responses/render")
 async def render_responses(request: Request) -> JSONResponse:
     return JSONResponse(await _render(request, RESPONSES))
 
 
-async def _render(request: Request, adapter: ApiAdapter) -> dict[str, Any]:
+#: Each API's render route (at its ``render_path``).
+RENDER_ROUTES: dict[ClientApi[Any], Callable[[Request], Awaitable[JSONResponse]]] = {
+    CHAT: render_chat,
+    MESSAGES: render_messages,
+    RESPONSES: render_responses,
+}
+for _api, _route in RENDER_ROUTES.items():
+    router.add_api_route(_api.render_path, _route, methods=["POST"])
+
+
+async def _render(request: Request, api: ClientApi[Any]) -> dict[str, Any]:
     """vLLM's render response (``request_id``, ``token_ids``, ``sampling_params``, ``model``,
     ``stream``) plus the prompt text (exactly as it goes upstream, history and restored
     reasoning included), its length and what dsmlkit knows about it.
@@ -139,21 +158,23 @@ async def _render(request: Request, adapter: ApiAdapter) -> dict[str, Any]:
     :data:`SEALED_MARKER` in its place and ``token_ids`` is null (they would spell it out);
     ``prompt_tokens`` still counts the real prompt.
     """
-    state, record = state_of(request), record_of(request)
+    state, observer = state_of(request), observer_of(request)
     sent, size = await read_json(request)
     model = resolve_model(state, sent)
-    record.model = model.name
-    read, _ = await read_request(state, adapter, model, sent, size)
-    req = (await restore_state(state, read, record)).req
+    observer.model(model.name)
+    read, _ = await read_request(state, api, model, sent, size)
+    restored = await restore_state(state, read)
+    observer.restored(restored)
+    req = restored.req
     prepared = await run_for_body(size, render_prompt, state, model, req)
     result = prepared.result
     notes = prepared.notes
-    betas = request.headers.get(adapter.beta_header) if adapter.beta_header else None
+    betas = request.headers.get(api.beta_header) if api.beta_header else None
     if betas:
-        notes.append(f"{adapter.beta_header} ({betas}): accepted; changes nothing in the prompt")
+        notes.append(f"{api.beta_header} ({betas}): accepted; changes nothing in the prompt")
     ids = prepared.token_ids
     if ids is not None:
-        record.prompt_tokens = len(ids)
+        observer.prompt(len(ids))
     shown, shown_ids = prepared, ids
     sealed = [m.param for m in req.conversation.messages if m.reasoning_sealed]
     if sealed:
@@ -165,7 +186,7 @@ async def _render(request: Request, adapter: ApiAdapter) -> dict[str, Any]:
             "engine gets the reasoning itself, which prompt_tokens counts"
         )
     return {
-        "request_id": adapter.new_response_id(),
+        "request_id": api.new_response_id(),
         "model": req.model,
         "prompt": shown.encoded.text,
         "token_ids": shown_ids,
@@ -266,7 +287,7 @@ async def count_tokens(request: Request) -> JSONResponse:
     """The length of the prompt ``/v1/messages`` would send (reasoning restored from the
     store included): its ids, else the engine's count of the text prompt, else the loaded
     tokenizer's count of the text (approximate when it lacks a template token)."""
-    state, record = state_of(request), record_of(request)
+    state, observer = state_of(request), observer_of(request)
     body, size = await _object(request)
     model = resolve_model(state, body)
     facts = model.engine.facts
@@ -274,23 +295,25 @@ async def count_tokens(request: Request) -> JSONResponse:
         model.require_tokenizer()  # the 501
     full = {"max_tokens": _COUNT_TOKENS_MAX_TOKENS, **body}
     read, _ = await read_request(state, MESSAGES, model, full, size)
-    req = (await restore_state(state, read, record)).req
+    restored = await restore_state(state, read)
+    observer.restored(restored)
+    req = restored.req
     prepared = await run_for_body(size, render_prompt, state, model, req)
-    count = await prompt_length(state, prepared, state.upstream_key)
+    count = await prompt_length(state, model, prepared, state.upstream_key)
     if count is None:
         tokenizer = model.require_tokenizer()
         text = prepared.encoded.text
         count = len(await anyio.to_thread.run_sync(tokenizer.encode_text, text, True))
-    record.prompt_tokens = count
+    observer.prompt(count)
     usage = {"input_tokens": count, "context_management": {"original_input_tokens": count}}
     return JSONResponse(usage)
 
 
 @router.post("/v1/parse")
 async def parse_output(request: Request) -> JSONResponse:
-    """Raw model text → an OpenAI ``chat.completion`` (``"api": "openai"``, default) or an
-    Anthropic ``message`` (``"api": "anthropic"``); the parser's findings are added as
-    ``parse_diagnostics``.
+    """Raw model text → an OpenAI ``chat.completion`` (``"api": "chat"`` or ``"openai"``,
+    default) or an Anthropic ``message`` (``"api": "messages"`` or ``"anthropic"``); the
+    parser's findings are added as ``parse_diagnostics``.
 
     Body: ``text`` (required), ``api``, ``dialect`` (default: the server's), ``start_in``
     (``content`` default, or ``reasoning``), ``tools`` (in that API's format),
@@ -304,7 +327,7 @@ async def parse_output(request: Request) -> JSONResponse:
     text = body.get("text")
     if not isinstance(text, str):
         raise InvalidRequest("must be the model's raw output text (a string)", "text")
-    adapter = adapter_for(_choice(body, "api", ("openai", "anthropic"), "openai"))
+    api = api_named(_choice(body, "api", _PARSE_APIS, CHAT.name))
     start_in = _choice(body, "start_in", ("content", "reasoning"), "content")
     finish = _choice(body, "finish_reason", ("stop", "length"), "stop")
     default = resolve_model(state, body)
@@ -315,26 +338,28 @@ async def parse_output(request: Request) -> JSONResponse:
     if not isinstance(model, str):
         raise InvalidRequest("must be a string", "model")
     chunk_size = _chunk_size(body.get("chunk_size"), len(text), state.config.parse_max_deltas)
-    options = parse_options(adapter.name, body.get("tools"), dialect=dialect)
-    record = record_of(request)
-    record.model = model
+    options = parse_options(api, body.get("tools"), dialect=dialect)
+    observer = observer_of(request)
+    observer.model(model)
     started = time.perf_counter()
     msg, stream = await anyio.to_thread.run_sync(
-        _parse_text, options, adapter, start_in, text, finish, chunk_size
+        _parse_text, options, api, start_in, text, finish, chunk_size
     )
-    record.parse_seconds = time.perf_counter() - started
-    record.parsed = True
+    observer.parsed(msg, time.perf_counter() - started)
     diagnostics = msg.diagnostics  # no tool_choice to check: the text is all there is
-    record.diagnostics.update(d.kind for d in diagnostics)
-    record.finish_reason = msg.finish_reason
-    answer = Answer(adapter.new_response_id(), int(time.time()))
-    response = adapter.respond(msg, model, answer, None)
+    answer = Answer(api.new_response_id(), int(time.time()))
+    response = api.respond(msg, model, answer, None)
     response["parse_diagnostics"] = [
         {"kind": d.kind, "message": d.message, "text": d.text} for d in diagnostics
     ]
     if stream is not None:
         response["stream"] = stream
     return JSONResponse(response)
+
+
+#: The APIs ``/v1/parse`` answers in, by every name (a Responses answer echoes a request,
+#: which ``/v1/parse`` has not).
+_PARSE_APIS = (*CHAT.aliases, *MESSAGES.aliases, CHAT.name, MESSAGES.name)
 
 
 def _chunk_size(value: Any, length: int, max_deltas: int) -> int | None:
@@ -359,14 +384,14 @@ def _chunk_size(value: Any, length: int, max_deltas: int) -> int | None:
 
 def _parse_text(
     options: ParseOptions,
-    adapter: ApiAdapter,
+    api: ClientApi[Any],
     start_in: Any,
     text: str,
     finish: str,
     chunk_size: int | None,
 ) -> tuple[ParsedMessage, list[dict[str, Any]] | None]:
     """The message, and with ``chunk_size`` the events each delta (then ``close()``) gave."""
-    parser = options.parser(start_in, adapter.call_ids())
+    parser = options.parser(start_in, api.call_ids())
     collector = MessageCollector()
     if chunk_size is None:
         collector.add(parser.feed(text) + parser.close(finish))

@@ -6,7 +6,7 @@ Each stage is a function of the previous stage's value, and each lives in its ow
 1. **read body** — strict JSON (:mod:`.jsonbody`);
 2. **route** — the served model the body names, its upstream and the key sent
    (:meth:`.state.ServerState.route`);
-3. **typed request** — the API's reader (:class:`~dsmlkit.api.adapters.ApiAdapter`); a
+3. **typed request** — the API's reader (:class:`~dsmlkit.api.ClientApi`); a
    Responses body is read with the stored history its ``previous_response_id`` names
    (:mod:`.response_store`);
 4. **restore state** — dropped reasoning and the model's own words put back on the typed
@@ -14,9 +14,11 @@ Each stage is a function of the previous stage's value, and each lives in its ow
 5. **plan** — the prompt or chat body, ``max_tokens``, forced calls (:mod:`.plan`);
 6. **upstream** and **fold** — the upstream request(s) and the events they become, through
    the call gate, remembered at the end (:mod:`.fold`);
-7. **frames** — the API's stream writer or response builder (the adapter);
-8. **remember** — a Responses answer stored (:mod:`.response_store`); the request record
-   (log line and metrics) is closed by the middleware.
+7. **frames** — the API's stream writer or response builder;
+8. **remember** — a Responses answer stored (:mod:`.response_store`).
+
+No stage writes the request's log line: the route hands the stages' results to the
+request's observer (:mod:`.observer`), which the middleware finishes.
 
 The render routes (:mod:`.local_routes`) run stages 1–5 of the same functions.
 """
@@ -35,15 +37,18 @@ import anyio
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
-from dsmlkit.api import ChatRequest, Usage, json_body, response_diagnostics
-from dsmlkit.api.adapters import (
+from dsmlkit.api import (
     CHAT,
     MESSAGES,
     RESPONSES,
     Answer,
-    ApiAdapter,
+    ChatRequest,
+    ClientApi,
     ReadContext,
     StreamWriter,
+    Usage,
+    json_body,
+    response_diagnostics,
 )
 from dsmlkit.api.errors import ApiError
 from dsmlkit.errors import InvalidRequest
@@ -51,23 +56,17 @@ from dsmlkit.parse import Event, MessageCollector
 from dsmlkit.server.apis import upstream_api_error
 from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.event_stream import CancelOnDisconnect, EventStream, LastText
-from dsmlkit.server.fold import Outcome, Upstream, fold, kinds
+from dsmlkit.server.fold import Outcome, Upstream, fold
 from dsmlkit.server.jsonbody import read_json
+from dsmlkit.server.observer import RequestObserver, observer_of
 from dsmlkit.server.offload import run_for_body
-from dsmlkit.server.plan import (
-    Prompt,
-    UpstreamPlan,
-    chat_plan,
-    completions_plan,
-    prompt_length,
-    render_prompt,
-    uncounted_bound,
-)
-from dsmlkit.server.reqlog import RequestRecord, log_event
+from dsmlkit.server.plan import PlanStage
+from dsmlkit.server.reqlog import log_event
 from dsmlkit.server.response_store import save, stored_history, unreadable_history
 from dsmlkit.server.restore import Restored, restore
-from dsmlkit.server.state import ServedModel, ServerState, record_of, state_of
+from dsmlkit.server.state import ServedModel, ServerState, state_of
 from dsmlkit.server.state_store import StateStoreUnavailable
+from dsmlkit.server.upstream_kinds import UpstreamPlan
 
 LOGGER = logging.getLogger("dsmlkit.server")
 T = TypeVar("T")
@@ -80,40 +79,50 @@ _DISCONNECTED = ("client_disconnected", "the client went away; the upstream requ
 CLAMPED_HEADER = "x-dsmlkit-max-tokens-clamped"
 
 
-@router.post("/v1/chat/completions")
 async def chat_completions(request: Request) -> Response:
     return await answer(request, CHAT)
 
 
-@router.post("/v1/messages")
 async def messages(request: Request) -> Response:
     return await answer(request, MESSAGES)
 
 
-@router.post("/v1/responses")
 async def responses(request: Request) -> Response:
     return await answer(request, RESPONSES)
 
 
-async def answer(request: Request, adapter: ApiAdapter) -> Response:
+#: Each API's gateway route (at its ``path``).
+ROUTES: dict[ClientApi[Any], Callable[[Request], Awaitable[Response]]] = {
+    CHAT: chat_completions,
+    MESSAGES: messages,
+    RESPONSES: responses,
+}
+for _api, _route in ROUTES.items():
+    router.add_api_route(_api.path, _route, methods=["POST"])
+
+
+async def answer(request: Request, api: ClientApi[Any]) -> Response:
     """One gateway request, stage by stage (see the module docstring)."""
-    state, record = state_of(request), record_of(request)
+    state, observer = state_of(request), observer_of(request)
     sent, size = await read_json(request)
     route = state.route(_model_named(sent), request.headers)
     model = route.model
-    read, links = await read_request(state, adapter, model, sent, size)
-    restored = await restore_state(state, read, record)
+    read, links = await read_request(state, api, model, sent, size)
+    restored = await restore_state(state, read)
+    observer.restored(restored)
     req = restored.req
-    record.stream, record.model, record.parsed = req.stream, model.name, True
-    plan = await plan_upstream(state, model, restored, sent, route.key, size, record)
-    record.prompt_tokens = plan.prompt_tokens
+    observer.gateway(model.name, req)
+    plan = await plan_upstream(state, model, restored, sent, route.key, size)
+    observer.planned(plan)
     upstream = Upstream(route)
-    await upstream.open(plan, record)
-    headers = _clamp_note(plan, model, record)
+    observer.sending(upstream)
+    await upstream.open(plan)
+    headers = _clamp_note(plan, model, observer.request_id)
     outcome = Outcome()
-    events = fold(upstream, plan, record, outcome, state.reasoning, restored.digests)
+    observer.folding(outcome)
+    events = fold(upstream, plan, outcome, state.reasoning, restored.digests, observer.request_id)
     started = Answer(
-        id=adapter.new_response_id(),
+        id=api.new_response_id(),
         created=int(time.time()),
         sign_thinking=partial(state.reasoning.signer.sign, model=req.model),
         sealer=state.keys,
@@ -124,16 +133,16 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
         try:
             await save(state.reasoning, sent, response, links)
         except StateStoreUnavailable as exc:
-            record.state_error = exc.message
+            observer.stored(exc.message)
 
     if req.stream:
         usage = Usage(plan.prompt_tokens, 0) if plan.prompt_tokens is not None else None
-        writer = adapter.open_stream(req, replace(started, usage=usage))
+        writer = api.open_stream(req, replace(started, usage=usage))
         return EventStream(
-            _stream_body(state, writer, events, outcome, record, remember),
+            _stream_body(state, writer, events, outcome, observer, remember),
             {"cache-control": "no-cache", "x-accel-buffering": "no", **headers},
             # runs after the last byte, after a disconnect, even if the body never started
-            partial(upstream.finish, record),
+            partial(_finish_upstream, upstream, observer),
         )
 
     async def collect() -> bytes:
@@ -145,17 +154,17 @@ async def answer(request: Request, adapter: ApiAdapter) -> Response:
                     for part in batch:
                         collector.add(part)
         finally:
-            upstream.finish(record)
+            _finish_upstream(upstream, observer)
         msg = collector.message()
-        record.diagnostics |= kinds(response_diagnostics(msg, req))  # see kinds
+        observer.answer(response_diagnostics(msg, req))
         ended = replace(started, usage=outcome.usage, stop_sequence=outcome.stop_sequence)
-        if not adapter.keeps_responses:
-            return adapter.respond_json(msg, req.model, ended, req)
-        response = adapter.respond(msg, req.model, ended, req)
+        if not api.keeps_responses:
+            return api.respond_json(msg, req.model, ended, req)
+        response = api.respond(msg, req.model, ended, req)
         await remember(response)
         return json_body(response)
 
-    result = await _cancel_on_disconnect(request, collect, record)
+    result = await _cancel_on_disconnect(request, collect, observer)
     if result is None:
         return Response(status_code=499)  # nobody is listening any more
     return Response(result, media_type="application/json", headers=headers)
@@ -176,18 +185,18 @@ def _model_named(body: Any) -> Any:
 
 
 async def read_request(
-    state: ServerState, adapter: ApiAdapter, model: ServedModel, body: Any, size: int
+    state: ServerState, api: ClientApi[Any], model: ServedModel, body: Any, size: int
 ) -> tuple[ChatRequest, list[str]]:
     """Stage 3: the typed request (caller mistakes raise ``InvalidRequest`` at once), and
     the stored responses a Responses answer to it will link."""
     history: list[Any] = []
     links: list[str] = []
-    if adapter.keeps_responses:
+    if api.keeps_responses:
         history, links = await stored_history(state.reasoning, body)
     signatures = state.reasoning.signer
     context = ReadContext(model.dialect, state.keys, state.render_cache, signatures, history)
     try:
-        return await run_for_body(size, adapter.read, body, context), links
+        return await run_for_body(size, api.read, body, context), links
     except InvalidRequest as exc:
         unreadable = unreadable_history(body, exc) if history else None
         if unreadable is None:
@@ -195,13 +204,10 @@ async def read_request(
         raise unreadable from exc
 
 
-async def restore_state(state: ServerState, req: ChatRequest, record: RequestRecord) -> Restored:
+async def restore_state(state: ServerState, req: ChatRequest) -> Restored:
     """Stage 4: dropped reasoning and the model's own words put back on the typed
-    request, noted on the request's record."""
-    restored = await restore(state.reasoning, req)
-    record.history_changed = restored.changed
-    record.reasoning_restored, record.state_error = restored.reasoning, restored.error
-    return restored
+    request."""
+    return await restore(state.reasoning, req)
 
 
 async def plan_upstream(
@@ -211,30 +217,31 @@ async def plan_upstream(
     body: Any,
     key: str | None,
     size: int,
-    record: RequestRecord,
 ) -> UpstreamPlan:
-    """Stage 5: what goes upstream for ``--upstream-api`` (the completions prompt is
-    rendered here). A prompt sent as text is counted by the engine when a streamed answer
-    shows its length first (Messages) or when the count could change ``max_tokens``; else
-    its byte length bounds it and the engine's usage at the end gives the count."""
-    req = restored.req
-    if model.config.upstream_api != "completions":
-        return chat_plan(model, req, body, restored.put_back, restored.call_ids)
-    prompt: Prompt = await run_for_body(size, render_prompt, state, model, req)
-    shown_first = req.stream and req.adapter.usage_at_start
-    bound = None if prompt.token_ids is not None or shown_first else uncounted_bound(prompt)
-    if bound is not None:
-        return completions_plan(prompt, None, bound)
-    asked = time.perf_counter()
-    prompt_tokens = await prompt_length(state, prompt, key)
-    record.upstream_wait = time.perf_counter() - asked  # the engine's /tokenize count
-    return completions_plan(prompt, prompt_tokens)
+    """Stage 5: what goes upstream, as the model's upstream kind plans it
+    (:mod:`.upstream_kinds`)."""
+    stage = PlanStage(
+        state,
+        model,
+        restored.req,
+        body,
+        key,
+        size,
+        put_back=restored.put_back,
+        call_ids=restored.call_ids,
+    )
+    return replace(await stage.plan(), tokenize_seconds=stage.waited)
 
 
 # --- helpers of the stages ---------------------------------------------------------------
 
 
-def _clamp_note(plan: UpstreamPlan, model: ServedModel, record: RequestRecord) -> dict[str, str]:
+def _finish_upstream(upstream: Upstream, observer: RequestObserver) -> None:
+    """Close the upstream requests; their figures go to the observer."""
+    observer.upstream_finished(upstream.finish())
+
+
+def _clamp_note(plan: UpstreamPlan, model: ServedModel, request_id: str) -> dict[str, str]:
     """The note on a ``max_tokens`` lowered to what the context leaves after the prompt
     (``--max-tokens-policy clamp``): a log line, and the header for the answer."""
     requested, sent = plan.req.max_tokens, plan.upstream_body.get("max_tokens")
@@ -242,7 +249,7 @@ def _clamp_note(plan: UpstreamPlan, model: ServedModel, record: RequestRecord) -
         return {}
     note = {
         "event": "max_tokens_clamped",
-        "request": record.id,
+        "request": request_id,
         "requested": requested,
         "sent": sent,
         "prompt_tokens": plan.prompt_tokens,
@@ -257,7 +264,7 @@ async def _stream_body(
     writer: StreamWriter,
     events: AsyncGenerator[list[list[Event]], None],
     outcome: Outcome,
-    record: RequestRecord,
+    observer: RequestObserver,
     remember: Callable[[dict[str, Any]], Awaitable[None]],
 ) -> AsyncGenerator[str, None]:
     """The SSE body: frames as events arrive; an error event if the upstream fails or the
@@ -265,45 +272,45 @@ async def _stream_body(
     (``remember``) before its last event goes out."""
     scope = state.open_stream_scope()
     try:
-        yield "".join(writer.start())
+        yield "".join(writer.start_sse())
         with scope:
             async with aclosing(events) as batches:
                 async for batch in batches:
                     # one write per read of the upstream body, one feed per upstream choice
-                    written = "".join([frame for part in batch for frame in writer.feed(part)])
+                    written = "".join([frame for part in batch for frame in writer.feed_sse(part)])
                     if written:
                         yield written
         if scope.cancelled_caught:
             err = ApiError.for_status(503, "the server is shutting down; the answer was cut off")
-            record.fail("shutdown", err.message)
-            yield LastText("".join(writer.fail(err, record.id)))
+            observer.failed("shutdown", err.message)
+            yield LastText("".join(writer.error_sse(err, observer.request_id)))
             return
-        finished = writer.finish(outcome.usage, outcome.stop_sequence)
+        finished = writer.finish_sse(outcome.usage, outcome.stop_sequence)
         if writer.response is not None:
             await remember(writer.response)
-        record.diagnostics |= kinds(writer.diagnostics)  # see kinds
+        observer.answer(writer.diagnostics)
         yield LastText("".join(finished))
     except UpstreamError as exc:
         err = upstream_api_error(exc)
-        record.fail(err.type, err.message)
-        yield LastText("".join(writer.fail(err, record.id)))
+        observer.failed(err.type, err.message)
+        yield LastText("".join(writer.error_sse(err, observer.request_id)))
     except anyio.get_cancelled_exc_class():
-        record.fail(*_DISCONNECTED)
+        observer.failed(*_DISCONNECTED)
         raise
     except Exception as exc:  # a bug must still end the stream with an error event
-        LOGGER.exception("request %s: streaming failed", record.id)
+        LOGGER.exception("request %s: streaming failed", observer.request_id)
         err = ApiError.for_status(500, f"internal error: {type(exc).__name__}")
-        record.fail(err.type, str(exc))
-        yield LastText("".join(writer.fail(err, record.id)))
+        observer.failed(err.type, str(exc))
+        yield LastText("".join(writer.error_sse(err, observer.request_id)))
     finally:
         state.close_stream_scope(scope)
 
 
 async def _cancel_on_disconnect(
-    request: Request, work: Callable[[], Awaitable[T]], record: RequestRecord
+    request: Request, work: Callable[[], Awaitable[T]], observer: RequestObserver
 ) -> T | None:
     """Run ``work``; if the client disconnects first, cancel it and return None."""
     async with CancelOnDisconnect(request.receive):
         return await work()
-    record.fail(*_DISCONNECTED)  # reached only when the watch cancelled the work
+    observer.failed(*_DISCONNECTED)  # reached only when the watch cancelled the work
     return None

@@ -1,7 +1,7 @@
-"""One structured record per request: filled in by the handlers, logged as one JSON line.
+"""One structured record per request, logged as one JSON line.
 
-The record lives in the ASGI scope's state (``request.state.record``) from the moment the
-request arrives until its last byte is sent, so streaming handlers can keep adding to it.
+The request's observer (:mod:`.observer`, in the ASGI scope's state from the moment the
+request arrives until its last byte is sent) is the only one that fills it.
 Structured lines (the request records, state store events) go through :func:`log_event`:
 the fields ride on the log record and the JSON formatter writes them out in one go.
 """

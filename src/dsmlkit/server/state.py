@@ -21,10 +21,10 @@ from dsmlkit.server.engine import EngineStatus, TokenPlan, read_engine
 from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.metrics import Metrics
 from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
-from dsmlkit.server.reqlog import RequestRecord
 from dsmlkit.server.sealing import KeyRing
 from dsmlkit.server.state_store import open_store
 from dsmlkit.server.upstream import UpstreamClient
+from dsmlkit.server.upstream_kinds import UpstreamKind
 
 LOGGER = logging.getLogger("dsmlkit.server")
 
@@ -68,14 +68,16 @@ class ServedModel:
         return self.config.dialect
 
     @property
+    def kind(self) -> UpstreamKind:
+        return self.config.kind
+
+    @property
     def engine_model(self) -> str | None:
         """The name sent upstream as ``model`` (None: chat mode forwards the client's)."""
         if self.config.upstream_model is not None:
             return self.config.upstream_model
         facts = self.engine.facts
-        if self.config.upstream_api == "completions":
-            return facts.served[0] if facts is not None and facts.served else self.name
-        return None
+        return self.kind.engine_model(facts.served if facts is not None else (), self.name)
 
     @property
     def max_model_len(self) -> int | None:
@@ -285,8 +287,3 @@ def client_keys(headers: Mapping[str, str]) -> list[str]:
 def state_of(request: Request) -> ServerState:
     state: ServerState = request.app.state.dsmlkit
     return state
-
-
-def record_of(request: Request) -> RequestRecord:
-    record: RequestRecord = request.state.record
-    return record

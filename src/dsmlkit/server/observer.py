@@ -1,0 +1,145 @@
+"""The request's observer: the one writer of its log line and its metrics.
+
+The middleware (:mod:`.app`) makes one :class:`RequestObserver` per request and finishes
+it after the last byte. The stages write nothing into it: the routes hand it the results
+the stages return (the typed request, :class:`~.restore.Restored`, the
+:class:`~.upstream_kinds.UpstreamPlan`, the :class:`~.fold.Upstream` and its
+:class:`~.fold.UpstreamFigures`, fold's :class:`~.fold.Outcome`, the answer's
+diagnostics), and it reads them when the request ends, so an answer that fails midway
+still reports what it did.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from starlette.requests import Request
+
+from dsmlkit.api import ChatRequest
+from dsmlkit.parse import Diagnostic, ParsedMessage
+from dsmlkit.server.fold import Outcome, Upstream, UpstreamFigures
+from dsmlkit.server.metrics import Metrics
+from dsmlkit.server.reqlog import RequestRecord
+from dsmlkit.server.restore import Restored
+from dsmlkit.server.upstream_kinds import UpstreamPlan
+
+
+class RequestObserver:
+    """What one request did, gathered from the stages' results into its
+    :class:`~.reqlog.RequestRecord` (the log line, the metrics)."""
+
+    def __init__(self, record: RequestRecord) -> None:
+        self._record = record
+        self._restored: Restored | None = None
+        self._plan: UpstreamPlan | None = None
+        self._upstream: Upstream | None = None
+        self._figures: UpstreamFigures | None = None
+        self._outcome: Outcome | None = None
+        self._answered: Counter[str] = Counter()
+        self._stored: str | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self._record.id
+
+    def answered_with(self, status: int) -> None:
+        """The response's status, as it starts."""
+        self._record.status = status
+
+    def received(self, body_bytes: int) -> None:
+        """The size of the request body."""
+        self._record.body_bytes = body_bytes
+
+    def failed(self, error_type: str, message: str) -> None:
+        """The error the request ended in (the first one wins)."""
+        self._record.fail(error_type, message)
+
+    def model(self, name: str) -> None:
+        """The served model the request went to."""
+        self._record.model = name
+
+    def restored(self, restored: Restored) -> None:
+        """What the restore stage did."""
+        self._restored = restored
+
+    def gateway(self, model: str, req: ChatRequest) -> None:
+        """A gateway request: its served model, whether it streams; its output is parsed."""
+        record = self._record
+        record.model, record.stream, record.parsed = model, req.stream, True
+
+    def planned(self, plan: UpstreamPlan) -> None:
+        """What goes upstream: the prompt's length, the wait for the engine's count."""
+        self._plan = plan
+
+    def sending(self, upstream: Upstream) -> None:
+        """The upstream requests of the answer (a refused forced choice is counted)."""
+        self._upstream = upstream
+
+    def upstream_finished(self, figures: UpstreamFigures) -> None:
+        """The upstream's figures, once its requests are closed."""
+        self._figures = figures
+
+    def folding(self, outcome: Outcome) -> None:
+        """What fold finds out, read when the request ends."""
+        self._outcome = outcome
+
+    def answer(self, diagnostics: Sequence[Diagnostic]) -> None:
+        """The answer's final diagnostics (its events', which fold counted already, are
+        merged by maximum, not added, and tool_choice's report)."""
+        self._answered = Counter(d.kind for d in diagnostics)
+
+    def stored(self, error: str) -> None:
+        """Why a Responses answer could not be stored."""
+        self._stored = error
+
+    def prompt(self, tokens: int) -> None:
+        """The prompt's length, for a route that only renders it."""
+        self._record.prompt_tokens = tokens
+
+    def parsed(self, msg: ParsedMessage, seconds: float) -> None:
+        """A text parsed by ``/v1/parse`` (no tool_choice to check: the text is all there is)."""
+        record = self._record
+        record.parse_seconds, record.parsed = seconds, True
+        record.diagnostics.update(d.kind for d in msg.diagnostics)
+        record.finish_reason = msg.finish_reason
+
+    def finish(self, metrics: Metrics) -> None:
+        """Fill the record from the results, write the log line, count the metrics."""
+        record = self._record
+        errors: list[str | None] = []
+        if self._restored is not None:
+            restored = self._restored
+            record.reasoning_restored = restored.reasoning
+            record.history_changed = restored.changed
+            errors.append(restored.error)
+        if self._plan is not None:
+            record.upstream_wait = self._plan.tokenize_seconds
+            record.prompt_tokens = self._plan.prompt_tokens
+        if self._upstream is not None and self._upstream.fell_back:
+            record.diagnostics["tool_choice_fallback"] += 1
+        if self._figures is not None:
+            figures = self._figures
+            record.upstream_seconds = figures.seconds
+            record.upstream_wait = (record.upstream_wait or 0.0) + figures.waited
+            record.chunk_overheads = list(figures.gaps)
+        if self._outcome is not None:
+            outcome = self._outcome
+            record.finish_reason = outcome.finish_reason
+            record.diagnostics.update(outcome.diagnostics)
+            record.parse_seconds = outcome.parsing.seconds
+            if outcome.tokens is not None:
+                record.prompt_tokens = outcome.tokens.prompt_tokens
+                record.completion_tokens = outcome.tokens.completion_tokens
+            errors.append(outcome.state_error)
+        record.diagnostics |= self._answered
+        errors.append(self._stored)
+        record.state_error = next((e for e in reversed(errors) if e is not None), None)
+        record.finish()
+        metrics.record(record)
+
+
+def observer_of(request: Request) -> RequestObserver:
+    """The observer the middleware made for ``request``."""
+    observer: RequestObserver = request.state.observer
+    return observer
