@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from dsmlkit import __version__
 from dsmlkit.cli import EXIT_INPUT, EXIT_USAGE, SUBCOMMANDS, build_parser
 from dsmlkit.dialects import DIALECT_ALIASES, DIALECTS
 
@@ -39,8 +41,17 @@ def test_version_and_help_import_no_subcommand() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     loaded = done.stdout.splitlines()[-1]
     assert "_cmd" not in loaded and "dsmlkit.parse" not in loaded, loaded
-    assert "dsmlkit 0.1.0" in done.stdout
+    assert f"dsmlkit {__version__}" in done.stdout
     assert all(name in done.stdout for name in SUBCOMMANDS)
+
+
+def test_the_version_is_written_in_one_place() -> None:
+    """``dsmlkit.__version__``: pyproject.toml names none and reads it from there, so the
+    installed package's metadata says the same."""
+    pyproject = (Path(__file__).parent.parent / "pyproject.toml").read_text("utf-8")
+    assert 'dynamic = ["version"]' in pyproject and '\nversion = "' not in pyproject
+    assert 'version = { attr = "dsmlkit.__version__" }' in pyproject
+    assert importlib.metadata.version("dsmlkit") == __version__
 
 
 @pytest.mark.parametrize(

@@ -151,7 +151,7 @@ def test_sqlite_store_keeps_values_across_instances(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ("memcached://x", "must be memory, sqlite:PATH or redis://"),
+        ("memcached://x", "must be memory, sqlite:PATH, redis://HOST:PORT/DB, redis"),
         ("sqlite:", "needs a file path"),
         ("sqlite:/nonexistent-dir/x/state.db", "cannot open the file"),
         ("redis://host:notaport/0", "redis://"),

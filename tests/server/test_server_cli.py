@@ -134,7 +134,7 @@ def test_unloadable_tokenizer_is_an_input_error(capsys: pytest.CaptureFixture[st
 @pytest.mark.parametrize(
     ("state", "words"),
     [
-        ("memcached://x", "--state must be memory, sqlite:PATH or redis://HOST:PORT/DB"),
+        ("memcached://x", "--state must be memory, sqlite:PATH, redis://HOST:PORT/DB, redis+"),
         ("sqlite:", "--state sqlite:PATH needs a file path"),
         ("sqlite:/nonexistent/dir/state.db", "--state sqlite:/nonexistent/dir/state.db: cannot"),
     ],

@@ -1,9 +1,10 @@
 """The state stores under faults, through a real ``dsmlkit serve`` and the official SDKs.
 
-A full Redis (``--maxmemory`` reached, ``noeviction``) refuses every write: no answer quotes
-what another client stored, and what was stored before keeps being read. A corrupted entry,
-written straight into sqlite or Redis, is a miss. Thinking a client was not shown
-(``thinking.display: "omitted"``) is not shown by the render routes either.
+A full Redis or Redis Cluster (``--maxmemory`` reached, ``noeviction``) refuses every
+write: no answer quotes what another client stored, and what was stored before keeps being
+read. A corrupted entry, written straight into sqlite, Redis or a Redis Cluster, is a miss.
+Thinking a client was not shown (``thinking.display: "omitted"``) is not shown by the render
+routes either.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, ExitStack
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,13 @@ import redis
 from tests.server.conftest import CLIENT_TIMEOUT
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.process import serve_process
-from tests.server.redis_server import redis_server, redis_url
+from tests.server.redis_server import (
+    client_for,
+    node_ports,
+    redis_cluster,
+    redis_server,
+    redis_url,
+)
 from tests.server.test_reasoning_roundtrip import ANTHROPIC_TOOLS, CALL_TEXT, REASONING, TOOLS
 
 #: The tools as the SDKs' typed parameters take them.
@@ -69,21 +76,38 @@ def _fill(url: str) -> int:
     return written
 
 
-@pytest.fixture
-def full_redis() -> Iterator[str]:
-    with redis_server(options=FULL_REDIS) as url:
-        yield url
+def _fill_cluster(setting: str) -> int:
+    """Make every node of a Redis Cluster refuse writes (a bound of 1 byte, noeviction)."""
+    for port in node_ports(setting):
+        with redis.Redis(port=port) as node:
+            node.config_set("maxmemory-policy", "noeviction")
+            node.config_set("maxmemory", 1)
+    return 1
+
+
+@pytest.fixture(params=["redis", "cluster"])
+def full_redis(request: pytest.FixtureRequest) -> Iterator[tuple[str, Callable[[str], int]]]:
+    """A Redis and how to fill it: one server or a Cluster of three."""
+    if request.param == "redis":
+        with redis_server(options=FULL_REDIS) as url:
+            yield url, _fill
+    else:
+        with redis_cluster() as setting:
+            yield setting, _fill_cluster
 
 
 def test_a_full_redis_leaks_nothing_and_keeps_serving_what_it_holds(
-    engine_server: tuple[FakeEngine, str], engine: FakeEngine, full_redis: str
+    engine_server: tuple[FakeEngine, str],
+    engine: FakeEngine,
+    full_redis: tuple[str, Callable[[str], int]],
 ) -> None:
-    port = full_redis.rsplit(":", 1)[1].split("/")[0]
-    with _gateway(engine_server[1], full_redis) as (_, url):
+    setting, fill = full_redis
+    ports = [str(port) for port in node_ports(setting)]
+    with _gateway(engine_server[1], setting) as (_, url):
         client = _openai(url)
         engine.push(Reply(text="Noted: the meeting is at noon.</think>Noted."))
         stored = client.responses.create(model="m", input="Remember: the meeting is at noon.")
-        assert _fill(full_redis) > 0
+        assert fill(setting) > 0
         # another client's answer: its write (call id, reasoning) is refused
         engine.push(Reply(text=SECRET + CALL_TEXT.removeprefix(REASONING)))
         other = client.chat.completions.create(
@@ -107,10 +131,11 @@ def test_a_full_redis_leaks_nothing_and_keeps_serving_what_it_holds(
             json={"model": "m", "input": "Go on.", "previous_response_id": "resp_unknown"},
         )
         bodies.append(unknown.text)
-    with redis.Redis.from_url(full_redis) as store:
+    with client_for(setting) as store:
         assert not store.exists("dsmlkit:turn:" + call.id)  # Redis did refuse the writes
     for body in bodies:
-        assert call.id not in body and "vault code" not in body and port not in body, body
+        assert call.id not in body and "vault code" not in body, body
+        assert not [port for port in ports if port in body], body
     assert failed == 0, f"{failed} of {CONTINUATIONS} failed: {bodies[0]}"
     assert unknown.status_code == 400 and "not found" in unknown.text
 
@@ -177,13 +202,13 @@ def _write_sqlite(path: Path, items: dict[str, str]) -> None:
         )
 
 
-def _write_redis(url: str, items: dict[str, str]) -> None:
-    client = redis.Redis.from_url(url)
-    client.mset({"dsmlkit:" + key: value for key, value in items.items()})
-    client.close()
+def _write_redis(setting: str, items: dict[str, str]) -> None:
+    with client_for(setting) as client:
+        for key, value in items.items():
+            client.set("dsmlkit:" + key, value)
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+@pytest.mark.parametrize("backend", ["sqlite", "redis", "cluster"])
 def test_a_corrupted_entry_is_a_miss(
     engine_server: tuple[FakeEngine, str],
     engine: FakeEngine,
@@ -191,13 +216,15 @@ def test_a_corrupted_entry_is_a_miss(
     request: pytest.FixtureRequest,
     backend: str,
 ) -> None:
-    if backend == "sqlite":
-        setting = f"sqlite:{tmp_path}/state.db"
-        write = partial(_write_sqlite, tmp_path / "state.db")
-    else:
-        setting = request.getfixturevalue("redis_url")
-        write = partial(_write_redis, setting)
-    with _gateway(engine_server[1], setting) as (process, url):
+    with ExitStack() as stack:
+        if backend == "sqlite":
+            setting = f"sqlite:{tmp_path}/state.db"
+            write = partial(_write_sqlite, tmp_path / "state.db")
+        else:
+            cluster = stack.enter_context(redis_cluster()) if backend == "cluster" else None
+            setting = cluster or request.getfixturevalue("redis_url")
+            write = partial(_write_redis, setting)
+        process, url = stack.enter_context(_gateway(engine_server[1], setting))
         _check_corrupted_entries(url, engine, write)
     log = process.stderr.read()
     assert "Traceback" not in log

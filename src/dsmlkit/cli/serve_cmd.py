@@ -202,7 +202,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="STORE",
         default="memory",
         help="where the gateway keeps reasoning between turns: memory (default), "
-        "sqlite:PATH (survives restarts) or redis://HOST:PORT/DB (shared by replicas); "
+        "sqlite:PATH (survives restarts) or, shared by replicas, redis://HOST:PORT/DB, "
+        "redis+sentinel://HOST:PORT[,HOST:PORT...]/SERVICE[/DB] or "
+        "redis+cluster://HOST:PORT[,HOST:PORT...]; "
         f"${STATE_SECRET_ENV} signs thinking blocks and seals Responses reasoning",
     )
     add(

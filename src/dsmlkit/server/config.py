@@ -226,7 +226,8 @@ class ServerConfig:
     body_timeout: float = 60.0
     shutdown_grace: float = 5.0
     max_body_bytes: int = 32 * 1024 * 1024
-    #: ``memory``, ``sqlite:PATH`` or ``redis://HOST:PORT/DB`` (see :mod:`.state_store`).
+    #: ``memory``, ``sqlite:PATH`` or a Redis URL (``redis://``, ``redis+sentinel://``,
+    #: ``redis+cluster://``; see :mod:`.state_store`).
     state: str = "memory"
     #: What the ``memory`` store may hold, in bytes (least recently used entries go first).
     state_max_bytes: int = 256 * 1024 * 1024

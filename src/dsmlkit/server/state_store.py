@@ -2,7 +2,9 @@
 
 ``--state`` picks one: ``memory`` (default; bounded in bytes, least recently used entries
 go first, every entry expires; one process only), ``sqlite:PATH`` (a file that survives
-restarts) or ``redis://HOST:PORT/DB`` (shared by several gateway replicas). Values are
+restarts) or Redis, shared by several gateway replicas: one server (``redis://HOST:PORT/DB``),
+the master a Sentinel names (``redis+sentinel://HOST:PORT[,…]/SERVICE[/DB]``) or a Cluster
+(``redis+cluster://HOST:PORT[,…]``); see :class:`RedisSetting`. Values are
 strings, written with a time to live. Every operation that fails raises
 :class:`StateStoreUnavailable`; the callers decide what a missing state means (the
 reasoning round trip answers without it). Its message is for the log: it may name the
@@ -31,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
+from urllib.parse import parse_qs, urlsplit
 
 import anyio.to_thread
 
@@ -160,10 +163,11 @@ def open_store(setting: str, *, max_bytes: int = DEFAULT_MEMORY_BYTES) -> StateS
                 "--state sqlite:PATH needs a file path, e.g. sqlite:/var/lib/ds.db"
             )
         return SqliteStore(path)
-    if setting.startswith(("redis://", "rediss://", "unix://")):
+    if setting.startswith(REDIS_SCHEMES):
         return RedisStore(setting)
     raise StateSettingError(
-        f"--state must be memory, sqlite:PATH or redis://HOST:PORT/DB, not {setting!r}"
+        "--state must be memory, sqlite:PATH, redis://HOST:PORT/DB, "
+        f"redis+sentinel://HOST:PORT/SERVICE or redis+cluster://HOST:PORT, not {setting!r}"
     )
 
 
@@ -321,46 +325,190 @@ class SqliteStore:
             self._db.execute("DELETE FROM state WHERE expires <= ?", (time.time(),))
 
 
+#: How ``--state`` names a Redis store: the URL schemes of :class:`RedisSetting`.
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://", "redis+sentinel://", "redis+cluster://")
+#: The query options a Redis ``--state`` URL may carry (the ``redis`` package's names);
+#: any other is refused, so a misspelt or unsupported one does not pass unnoticed.
+REDIS_OPTIONS = frozenset({"max_connections", "health_check_interval", "socket_keepalive"})
+#: The further options of a ``rediss://`` URL (TLS).
+TLS_OPTIONS = frozenset(
+    {"ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_check_hostname"}
+)
+#: The port of a Sentinel or a Cluster node the URL names without one.
+DEFAULT_PORTS = {"redis+sentinel": 26379, "redis+cluster": 6379}
+
+
+@dataclass(frozen=True)
+class RedisSetting:
+    """A Redis ``--state`` URL, checked.
+
+    * ``redis://[USER:PASSWORD@]HOST:PORT/DB``, ``rediss://…`` (TLS), ``unix://PATH``: one
+      server, read by the ``redis`` package as it is.
+    * ``redis+sentinel://[USER:PASSWORD@]HOST:PORT[,HOST:PORT…]/SERVICE[/DB]``: the Sentinels
+      to ask (port 26379 when left out) for the master of ``SERVICE``; the credentials are
+      the master's. Reads and writes go to the master, so a conversation read on another
+      replica right after it was written finds it.
+    * ``redis+cluster://[USER:PASSWORD@]HOST:PORT[,HOST:PORT…]``: nodes of a Redis Cluster
+      (port 6379 when left out), from which the client learns the others.
+
+    Query options (``?max_connections=50``) are those of :data:`REDIS_OPTIONS`, and of
+    :data:`TLS_OPTIONS` after ``rediss://``; any other is a :class:`StateSettingError`.
+    """
+
+    #: ``redis``, ``rediss``, ``unix``, ``redis+sentinel`` or ``redis+cluster``.
+    scheme: str
+    #: The URL as given (``redis``, ``rediss``, ``unix``), or one node's URL with the
+    #: credentials, database and options, which the ``redis`` package reads.
+    url: str
+    #: The Sentinels or Cluster nodes named, as (host, port).
+    nodes: tuple[tuple[str, int], ...] = ()
+    #: The service a Sentinel watches.
+    service: str = ""
+    #: How the logs and ``/ready`` name the store (no credentials).
+    description: str = ""
+
+    @classmethod
+    def parse(cls, url: str) -> RedisSetting:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        taken = REDIS_OPTIONS | TLS_OPTIONS if scheme == "rediss" else REDIS_OPTIONS
+        unknown = sorted(set(parse_qs(parts.query, keep_blank_values=True)) - taken)
+        if unknown:
+            hint = (
+                "; for a Redis Cluster write redis+cluster://HOST:PORT[,HOST:PORT…]"
+                if "cluster" in unknown
+                else ""
+            )
+            raise StateSettingError(
+                f"--state: the Redis URL option {unknown[0]!r} is not one dsmlkit takes "
+                f"(it takes {', '.join(sorted(taken))}){hint}"
+            )
+        if scheme not in DEFAULT_PORTS:
+            return cls(scheme, url)
+        credentials, _, hosts = parts.netloc.rpartition("@")
+        nodes = tuple(cls._node(node, DEFAULT_PORTS[scheme]) for node in hosts.split(","))
+        path = [piece for piece in parts.path.split("/") if piece]
+        if scheme == "redis+sentinel":
+            if len(path) not in (1, 2) or (len(path) == 2 and not path[1].isdigit()):
+                raise StateSettingError(
+                    "--state redis+sentinel://HOST:PORT[,HOST:PORT…]/SERVICE[/DB] needs the "
+                    f"service the Sentinels watch (and a database number), not {parts.path!r}"
+                )
+            service, database = path[0], int(path[1]) if len(path) == 2 else 0
+            where = f"/{service}/{database}"
+        else:
+            if path:
+                raise StateSettingError(
+                    "--state redis+cluster://HOST:PORT[,HOST:PORT…] takes no path (a Redis "
+                    f"Cluster has only database 0), not {parts.path!r}"
+                )
+            service, database, where = "", 0, ""
+        (host, port), query = nodes[0], f"?{parts.query}" if parts.query else ""
+        login = f"{credentials}@" if credentials else ""
+        named = ",".join(f"{cls._host(h)}:{p}" for h, p in nodes)
+        return cls(
+            scheme,
+            f"redis://{login}{cls._host(host)}:{port}/{database}{query}",
+            nodes,
+            service,
+            f"{scheme}://{named}{where}",
+        )
+
+    @staticmethod
+    def _node(text: str, default_port: int) -> tuple[str, int]:
+        try:
+            parts = urlsplit(f"//{text}")
+            host, port = parts.hostname, parts.port
+        except ValueError:
+            host = None
+        if not host:
+            raise StateSettingError(
+                f"--state: {text!r} is not HOST or HOST:PORT (a Sentinel or Cluster node)"
+            )
+        return host, port or default_port
+
+    @staticmethod
+    def _host(host: str) -> str:
+        return f"[{host}]" if ":" in host else host
+
+    def clients(self, **options: Any) -> list[Any]:
+        """The ``redis`` package's asyncio client for this setting, made with ``options``
+        (timeouts, decoding), then the clients it holds that are closed with it (the
+        Sentinels'); they connect on first use."""
+        import redis.asyncio as aioredis
+        from redis.asyncio.cluster import ClusterNode, RedisCluster
+        from redis.asyncio.connection import parse_url
+        from redis.asyncio.sentinel import Sentinel
+
+        if self.scheme == "redis+sentinel":
+            # the credentials, database and options, for the master's connections
+            given: dict[str, Any] = dict(parse_url(self.url))
+            del given["host"], given["port"]
+            timeouts = {k: v for k, v in options.items() if k.startswith("socket_")}
+            sentinel = Sentinel(self.nodes, sentinel_kwargs=timeouts)
+            master = sentinel.master_for(self.service, **given, **options)
+            return [master, *sentinel.sentinels]
+        if self.scheme == "redis+cluster":
+            startup = [ClusterNode(host, port) for host, port in self.nodes[1:]]
+            return [RedisCluster.from_url(self.url, startup_nodes=startup, **options)]
+        return [aioredis.Redis.from_url(self.url, **options)]
+
+
 class RedisStore:
-    """Redis through the ``redis`` package's asyncio client (pooled, with timeouts).
+    """Redis through the ``redis`` package's asyncio client (pooled, with timeouts): one
+    server, a Sentinel's master or a Cluster (:class:`RedisSetting`).
 
     Keys get a ``dsmlkit:`` prefix and Redis's own expiry; eviction beyond that is
-    Redis's ``maxmemory-policy``. After Redis did not answer (connection refused or lost,
-    timeout) the store fails fast for :data:`REDIS_BACKOFF` seconds instead of waiting on
-    a dead server in every request. An error Redis answers with (``OOM`` when
-    ``maxmemory`` is reached under ``noeviction``, ``READONLY`` on a replica) took one
-    round trip and fails that operation only: a full Redis refuses writes and keeps
-    serving reads.
+    Redis's ``maxmemory-policy``. On a Cluster, the keys of one read are read with one
+    ``MGET`` per hash slot, all in one pipeline, and the writes of one ``put_many`` are
+    one pipeline sent to each key's node. After Redis did not answer (connection refused
+    or lost, timeout, no master or cluster node reachable) the store fails fast for
+    :data:`REDIS_BACKOFF` seconds instead of waiting on a dead server in every request. An
+    error Redis answers with (``OOM`` when ``maxmemory`` is reached under ``noeviction``,
+    ``READONLY`` on a replica) took one round trip and fails that operation only: a full
+    Redis refuses writes and keeps serving reads.
     """
 
     _PREFIX = "dsmlkit:"
 
     def __init__(self, url: str) -> None:
         try:
-            import redis.asyncio as aioredis
+            import redis.asyncio  # noqa: F401 (the client's import, checked here)
         except ImportError as exc:
             raise StateSettingError(
                 f"--state redis://… needs the redis package: {install_hint('server')}"
             ) from exc
         from redis.exceptions import ConnectionError as NoConnection
-        from redis.exceptions import RedisError, ResponseError
+        from redis.exceptions import RedisClusterException, RedisError, ResponseError
         from redis.exceptions import TimeoutError as NoAnswer
 
-        self._unanswered: tuple[type[Exception], ...] = (NoConnection, NoAnswer, OSError)
-        self._errors: tuple[type[Exception], ...] = (RedisError, OSError)
+        setting = RedisSetting.parse(url)
+        # RedisClusterException: no node of the cluster could be reached
+        self._unanswered: tuple[type[Exception], ...] = (
+            NoConnection,
+            NoAnswer,
+            OSError,
+            RedisClusterException,
+        )
+        self._errors: tuple[type[Exception], ...] = (RedisError, OSError, RedisClusterException)
         self._refusal = ResponseError
         try:
-            self._client = aioredis.Redis.from_url(
-                url,
+            self._clients = setting.clients(
                 socket_timeout=REDIS_TIMEOUT,
                 socket_connect_timeout=REDIS_TIMEOUT,
                 decode_responses=True,
             )
-        except ValueError as exc:
-            raise StateSettingError(f"--state {url!r}: {exc}") from exc
-        kwargs = self._client.connection_pool.connection_kwargs
-        where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
-        self.description = f"redis://{where}/{kwargs.get('db', 0)}"
+        except (ValueError, RedisClusterException) as exc:
+            raise StateSettingError(f"--state {setting.description or url!r}: {exc}") from exc
+        self._client = self._clients[0]
+        self.description = setting.description
+        cluster = setting.scheme == "redis+cluster"
+        # a Cluster's keys lie in many slots: one MGET per slot
+        self._read = self._client.mget_nonatomic if cluster else self._client.mget
+        if not self.description:
+            kwargs = self._client.connection_pool.connection_kwargs
+            where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
+            self.description = f"redis://{where}/{kwargs.get('db', 0)}"
         self._failed_at: float | None = None
         self._last_error: str | None = None
 
@@ -368,7 +516,7 @@ class RedisStore:
         wanted = list(dict.fromkeys(keys))
         if not wanted:
             return {}
-        values = await self._call(self._client.mget, [self._PREFIX + key for key in wanted])
+        values = await self._call(self._read, [self._PREFIX + key for key in wanted])
         return {key: value for key, value in zip(wanted, values, strict=True) if value is not None}
 
     async def put_many(self, items: Mapping[str, str], ttl: float = DEFAULT_TTL) -> None:
@@ -396,7 +544,8 @@ class RedisStore:
         return StoreHealth(self.description, True)
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for client in self._clients:
+            await client.aclose()
 
     async def _call(self, operation: Any, *args: Any, probe: bool = False) -> Any:
         failed_at = self._failed_at
