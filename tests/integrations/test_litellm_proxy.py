@@ -64,10 +64,17 @@ def _proxy(tmp: Path, upstream: str, callback: bool) -> Iterator[str]:
         lines += ["litellm_settings:", "  callbacks: dsmlkit.integrations.litellm.repair"]
     config.write_text("\n".join(lines) + "\n")
     port = free_port()
-    env = {**os.environ, "LITELLM_MASTER_KEY": KEY}
+    # The local model cost map: no fetch from the network at start.
+    env = {**os.environ, "LITELLM_MASTER_KEY": KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     env.pop("DATABASE_URL", None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "litellm", "--config", str(config), "--port", str(port)],
+        [
+            str(Path(sys.executable).parent / "litellm"),
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=open(tmp / "proxy.log", "ab"),  # noqa: SIM115

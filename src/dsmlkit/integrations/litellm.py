@@ -36,7 +36,7 @@ def request_dialect(data: Mapping[str, Any]) -> str:
     return DEFAULT_DIALECT
 
 
-class DsmlRepair(CustomLogger):  # type: ignore[misc]
+class DsmlRepair(CustomLogger):
     """The callback: repairs leaked DSML in Chat Completions answers, streamed and not."""
 
     async def async_post_call_success_hook(

@@ -6,8 +6,8 @@ engine gets) and the prompt (token ids when a tokenizer is loaded) goes to the e
 ``/v1/completions``; the raw text that streams back is fed into one parser per request.
 ``--upstream-api chat``: the request goes to a hosted ``/v1/chat/completions`` as chat, its
 ``tool_calls`` pass through and DSML leaked into ``content`` / ``reasoning_content`` is
-repaired into calls (:mod:`dsmlkit.parse.chat_repair`). Either way the plan says how each upstream choice
-becomes parser events (:attr:`UpstreamPlan.feed`).
+repaired into calls (:mod:`dsmlkit.parse.chat_repair`). Either way the plan says how each
+upstream choice becomes parser events (:attr:`UpstreamPlan.feed`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from typing import Any
 
 from dsmlkit.api import ChatRequest, to_openai_chat_body
 from dsmlkit.parse import Event
+from dsmlkit.parse.chat_repair import ChatRepair
 from dsmlkit.render import RenderResult, render_conversation
 from dsmlkit.server.call_ids import AnswerIds
-from dsmlkit.parse.chat_repair import ChatRepair
 from dsmlkit.server.engine import Encoded
 from dsmlkit.server.forced import CompletionsAnswer, Resume, chat_fallback_body
 from dsmlkit.server.state import ServedModel, ServerState
