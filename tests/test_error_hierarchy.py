@@ -25,12 +25,14 @@ ALLOWED: dict[object, str] = {
 #: Private exceptions that never leave their module (caught where they are raised).
 PRIVATE = {"_Rejected"}
 #: Modules not imported here: ``__main__`` runs the command line; the plugins need an
-#: engine (vLLM, SGLang) installed.
+#: engine (vLLM, SGLang, TensorRT-LLM) or LiteLLM installed.
 NOT_IMPORTED = {
     "dsmlkit.__main__",
     "dsmlkit.integrations.vllm_plugin",
     "dsmlkit.integrations.vllm_entry",
     "dsmlkit.integrations.sglang_plugin",
+    "dsmlkit.integrations.trtllm",
+    "dsmlkit.integrations.litellm",
 }
 
 

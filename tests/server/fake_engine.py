@@ -13,7 +13,8 @@ It behaves like vLLM 0.33 where the gateway depends on it:
   or at a stop string (``stop_reason`` names it); with ``stream_options.include_usage``
   a last chunk with ``choices: []`` carries the usage;
 * a leaky ``POST /v1/chat/completions`` (DSML left in ``content`` / ``reasoning_content``,
-  like some hosted endpoints), always as SSE, with the same model check and the hosted
+  like some hosted endpoints), as SSE when ``stream`` is true and else as one
+  ``chat.completion``, with the same model check and the hosted
   DeepSeek API's rule: in thinking mode (unless ``thinking.type`` is ``disabled`` or
   ``chat_template_kwargs.thinking`` false) an assistant turn with ``tool_calls`` and no
   ``reasoning_content`` is a 400 (:func:`missing_reasoning`).
@@ -235,6 +236,9 @@ class FakeEngine:
                 send, reply.status, f"scripted failure {reply.status}", "server_error"
             )
             return
+        if not completions and reply.raw is None and request.get("stream") is not True:
+            await _send_json(send, 200, _chat_completion(reply, request))
+            return
         headers = [(b"content-type", b"text/event-stream")]
         headers += [(k.encode(), v.encode()) for k, v in reply.headers]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -387,6 +391,32 @@ def _chat_chunks(reply: Reply, request: dict[str, Any]) -> Iterator[dict[str, An
                 {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, tokens=1
             )
     yield chunk({}, reply.finish_reason)
+
+
+def _chat_completion(reply: Reply, request: dict[str, Any]) -> dict[str, Any]:
+    """The whole answer as one ``chat.completion`` (a chat request without ``stream``): the
+    streamed chunks' deltas folded into one message."""
+    message: dict[str, Any] = {"role": "assistant", "content": "", "reasoning_content": ""}
+    calls: list[dict[str, Any]] = []
+    finish = "stop"
+    for chunk in _chat_chunks(reply, request):
+        choice = chunk["choices"][0]
+        delta = choice["delta"]
+        for key in ("content", "reasoning_content"):
+            message[key] += delta.get(key, "")
+        for call in delta.get("tool_calls", ()):
+            if "id" in call:
+                calls.append(
+                    {"id": call["id"], "type": "function", "function": dict(call["function"])}
+                )
+            else:
+                calls[call["index"]]["function"]["arguments"] += call["function"]["arguments"]
+        finish = choice["finish_reason"] or finish
+    message["reasoning_content"] = message["reasoning_content"] or None
+    if calls:
+        message["tool_calls"] = calls
+    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
+    return _envelope("chat.completion", request, [choice])
 
 
 async def _read_body(receive: Receive) -> bytes:

@@ -22,7 +22,7 @@ from dsmlkit.parse import (
     ToolCallEnd,
     ToolCallStart,
 )
-from dsmlkit.server.chat_repair import ChatRepair
+from dsmlkit.parse.chat_repair import ChatRepair
 from tests.helpers import write_block
 
 BLOCK = write_block(V4_1, [("get_weather", {"city": "Paris"})])

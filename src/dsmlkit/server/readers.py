@@ -21,10 +21,10 @@ from typing import Any, Protocol
 from dsmlkit.api.common import OutputReader
 from dsmlkit.dialects import THINK_CLOSE, Dialect
 from dsmlkit.parse import Event, ReasoningEnd, ToolCallStart
+from dsmlkit.parse.chat_repair import ChatRepair
 from dsmlkit.render.builder import Piece, PromptBuilder
 from dsmlkit.render.tokens import PromptTokenizer
 from dsmlkit.server.call_ids import AnswerIds
-from dsmlkit.server.chat_repair import ChatRepair
 
 UpstreamPrompt = list[int] | str
 

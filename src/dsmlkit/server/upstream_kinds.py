@@ -25,10 +25,10 @@ from functools import partial
 from typing import Any, ClassVar, Protocol
 
 from dsmlkit.api import ChatRequest, to_openai_chat_body
+from dsmlkit.parse.chat_repair import ChatRepair
 from dsmlkit.render import RenderResult
 from dsmlkit.render.tokens import PromptTokenizer
 from dsmlkit.server.call_ids import AnswerIds
-from dsmlkit.server.chat_repair import ChatRepair
 from dsmlkit.server.forced import call_opener, chat_fallback_body
 from dsmlkit.server.readers import ChatReader, CompletionsReader, UpstreamPrompt, UpstreamReader
 

@@ -51,7 +51,7 @@ class ChatRepair:
 
     ``new_parser`` makes a parser for leaked text (the request's dialect and tools,
     ``start_in="content"``); ``client_id`` gives the id the client sees for an upstream
-    call's id (``""`` when the upstream gave none; see :class:`.call_ids.AnswerIds`).
+    call's id (``""`` when the upstream gave none; see :class:`dsmlkit.server.call_ids.AnswerIds`).
     """
 
     def __init__(self, new_parser: Callable[[], Parser], client_id: Callable[[str], str]) -> None:

@@ -1,0 +1,163 @@
+"""dsmlkit's callback in a real LiteLLM proxy in front of a leaking chat endpoint.
+
+Runs in the venv of ``.ci/litellm`` (litellm[proxy] pinned by hash); skipped where
+litellm is not importable. The proxy is started with and without the callback: alone it
+hands the leaked DSML to the client as text; with it the client gets ``tool_calls``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+if os.environ.get("DSMLKIT_REQUIRE_LITELLM") != "1":
+    pytest.importorskip("litellm")
+
+import httpx
+from openai import OpenAI
+
+from dsmlkit.dialects import V4_1
+from tests.helpers import write_block
+from tests.server.fake_engine import FakeEngine, Reply
+from tests.server.loopback import serve_in_thread
+from tests.server.process import free_port
+
+CALL = [("get_weather", {"city": "Paris"})]
+FULL = write_block(V4_1, CALL)
+#: The leak shapes the gateway's tests replay (tests/test_parse_recoveries.py).
+LEAKS = {
+    "full-width": FULL,
+    "ascii": FULL.replace("｜DSML｜", "|DSML|"),
+    "doubled-bars": FULL.replace("｜DSML｜", "‖DSML‖"),
+    "spaced": FULL.replace("｜DSML｜", " | DSML | "),
+}
+KEY = "sk-dsmlkit-" + os.urandom(16).hex()
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[tuple[FakeEngine, str]]:
+    fake = FakeEngine()
+    with serve_in_thread(fake.app) as url:
+        yield fake, url
+
+
+def _proxy(tmp: Path, upstream: str, callback: bool) -> Iterator[str]:
+    config = tmp / ("with.yaml" if callback else "alone.yaml")
+    lines = [
+        "model_list:",
+        "  - model_name: deepseek-v4.1",
+        "    litellm_params:",
+        "      model: openai/deepseek-v4.1",
+        f"      api_base: {upstream}/v1",
+        "      api_key: none",
+        "    model_info:",
+        '      dsmlkit_dialect: "v4.1"',
+    ]
+    if callback:
+        lines += ["litellm_settings:", "  callbacks: dsmlkit.integrations.litellm.repair"]
+    config.write_text("\n".join(lines) + "\n")
+    port = free_port()
+    # The local model cost map: no fetch from the network at start.
+    env = {**os.environ, "LITELLM_MASTER_KEY": KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env.pop("DATABASE_URL", None)
+    process = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "litellm"),
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / "proxy.log", "ab"),  # noqa: SIM115
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(url + "/health/liveliness", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((tmp / "proxy.log").read_text()[-3000:])
+            time.sleep(0.3)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["alone", "with-dsmlkit"])
+def proxy(
+    request: pytest.FixtureRequest,
+    engine: tuple[FakeEngine, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[bool, str]]:
+    tmp = tmp_path_factory.mktemp("litellm")
+    for url in _proxy(tmp, engine[1], request.param):
+        yield request.param, url
+
+
+def _ask(url: str, stream: bool) -> tuple[str, str, list[tuple[str, dict[str, object]]], str]:
+    client = OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
+    body = {"model": "deepseek-v4.1", "messages": [{"role": "user", "content": "Weather?"}]}
+    if not stream:
+        answer = client.chat.completions.create(**body)  # type: ignore[call-overload]
+        message = answer.choices[0].message
+        calls = [
+            (c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls or ()
+        ]
+        reasoning = getattr(message, "reasoning_content", None) or ""
+        return message.content or "", reasoning, calls, answer.choices[0].finish_reason
+    content, reasoning, finish = [], [], ""
+    parts: dict[int, list[str]] = {}
+    names: dict[int, str] = {}
+    for chunk in client.chat.completions.create(stream=True, **body):  # type: ignore[call-overload]
+        for choice in chunk.choices:
+            delta = choice.delta
+            content.append(delta.content or "")
+            reasoning.append(getattr(delta, "reasoning_content", None) or "")
+            for call in delta.tool_calls or ():
+                if call.function and call.function.name:
+                    names[call.index] = call.function.name
+                parts.setdefault(call.index, []).append(
+                    (call.function.arguments or "") if call.function else ""
+                )
+            finish = choice.finish_reason or finish
+    calls = [(names[i], json.loads("".join(parts[i]))) for i in sorted(parts)]
+    return "".join(content), "".join(reasoning), calls, finish
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("split", [False, True], ids=["one-piece", "split"])
+@pytest.mark.parametrize("shape", list(LEAKS))
+def test_leak_through_proxy(
+    proxy: tuple[bool, str], engine: tuple[FakeEngine, str], shape: str, split: bool, stream: bool
+) -> None:
+    callback, url = proxy
+    leak = "Checking." + LEAKS[shape]
+    if split:  # cut inside the first marker, as the field sees it
+        cut = leak.index("DSML") + 2
+        engine[0].push(Reply(pieces=(leak[:cut], leak[cut:]), reasoning="Paris it is."))
+    else:
+        engine[0].push(Reply(content=leak, reasoning="Paris it is."))
+    content, reasoning, calls, finish = _ask(url, stream)
+    print(
+        f"ROW {shape} split={split} stream={stream} callback={callback}: "
+        f"content={content!r} calls={calls} finish={finish}"
+    )
+    assert "Paris it is." in reasoning
+    if callback:
+        assert (content, calls, finish) == ("Checking.", CALL, "tool_calls")
+    else:
+        assert "DSML" in content and calls == []
