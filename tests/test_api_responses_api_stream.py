@@ -138,6 +138,17 @@ def accumulate_responses(events: list[dict[str, Any]]) -> dict[str, Any]:
             assert event["text"] == items[index]["content"][0]["text"]
         elif kind == "response.content_part.done":
             assert event["part"] == items[index]["content"][0]
+        elif kind == "response.reasoning_summary_part.added":
+            assert index == open_index and event["item_id"] == items[index]["id"]
+            assert event["summary_index"] == len(items[index]["summary"])
+            items[index]["summary"].append(dict(event["part"]))
+        elif kind == "response.reasoning_summary_text.delta":
+            assert index == open_index and event["item_id"] == items[index]["id"]
+            items[index]["summary"][event["summary_index"]]["text"] += event["delta"]
+        elif kind == "response.reasoning_summary_text.done":
+            assert event["text"] == items[index]["summary"][event["summary_index"]]["text"]
+        elif kind == "response.reasoning_summary_part.done":
+            assert event["part"] == items[index]["summary"][event["summary_index"]]
         elif kind == "response.function_call_arguments.done":
             assert event["arguments"] == items[index]["arguments"]
         elif kind == "response.output_item.done":
@@ -189,7 +200,7 @@ def test_response_object_shape() -> None:
     assert reasoning == {
         "type": "reasoning",
         "id": "rs_0123_0",
-        "summary": [],
+        "summary": [{"type": "summary_text", "text": "Two cities."}],
         "content": [{"type": "reasoning_text", "text": "Two cities."}],
         "status": "completed",
     }
@@ -258,6 +269,41 @@ def test_stream_event_grammar() -> None:
     frame = sse_event(events[4]["type"], events[4])
     assert frame.startswith("event: response.reasoning_text.delta\ndata: {")
     assert json.loads(frame.split("data: ", 1)[1]) == events[4]
+
+
+@pytest.mark.parametrize("summary", ["auto", "concise", "detailed"])
+def test_asked_summary_is_the_reasoning(summary: str) -> None:
+    """Codex asks ``reasoning.summary`` and shows only summaries: the reasoning comes as the
+    item's summary too, streamed inside the item before its done; the content stays."""
+    req = responses_request(reasoning={"effort": "high", "summary": summary})
+    events, _ = stream_events(req, random_chunks(WEATHER, random.Random(1), max_size=5))
+    kinds = [e["type"] for e in events]
+    start = kinds.index("response.content_part.done") + 1
+    assert kinds[start : start + 5] == [
+        "response.reasoning_summary_part.added",
+        "response.reasoning_summary_text.delta",
+        "response.reasoning_summary_text.done",
+        "response.reasoning_summary_part.done",
+        "response.output_item.done",
+    ]
+    assert {e["item_id"] for e in events[start : start + 4]} == {"rs_0123_0"}
+    final = accumulate_responses(events)
+    assert final == whole_response(req, WEATHER)
+    assert final["output"][0]["summary"] == [{"type": "summary_text", "text": "Two cities."}]
+    assert final["output"][0]["content"] == [{"type": "reasoning_text", "text": "Two cities."}]
+
+
+@pytest.mark.parametrize("reasoning", [{"effort": "high"}, {"summary": "none"}])
+def test_no_summary_unless_asked(reasoning: dict[str, str]) -> None:
+    """Unasked (or ``none``, which the SDK's types cannot echo: no SDK check here), the
+    reasoning items' ``summary`` stays empty."""
+    req = responses_request(reasoning=reasoning)
+    events, stream = stream_events(req, [WEATHER])
+    assert not [e for e in events if "summary" in e["type"]]
+    assert stream.response is not None and stream.response["output"][0]["summary"] == []
+    msg = parse_whole(req, WEATHER)
+    body = responses_response(msg, req, id=RESPONSE_ID, created_at=CREATED)
+    assert body["output"][0]["summary"] == []
 
 
 def test_namespaced_calls_come_back_split() -> None:

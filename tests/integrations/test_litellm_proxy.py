@@ -7,13 +7,15 @@ hands the leaked DSML to the client as text; with it the client gets ``tool_call
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,3 +163,25 @@ def test_leak_through_proxy(
         assert (content, calls, finish) == ("Checking.", CALL, "tool_calls")
     else:
         assert "DSML" in content and calls == []
+
+
+def test_stream_without_finish_reason_keeps_held_back_text() -> None:
+    """An upstream stream that ends with no ``finish_reason``: the text the repair held
+    back (it might have begun markup) comes in one more chunk, with the finish."""
+    from litellm.types.utils import ModelResponseStream
+
+    from dsmlkit.integrations.litellm import repair
+
+    async def upstream() -> AsyncIterator[ModelResponseStream]:
+        for text in ("Use a pipe: ", "<｜DS"):
+            choices = [{"delta": {"content": text}, "index": 0}]
+            yield ModelResponseStream(id="chatcmpl-1", choices=choices)
+
+    async def hooked() -> list[Any]:
+        hook = repair.async_post_call_streaming_iterator_hook(None, upstream(), {})
+        return [chunk async for chunk in hook]
+
+    chunks = asyncio.run(hooked())
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks) == "Use a pipe: <｜DS"
+    assert [chunk.choices[0].finish_reason for chunk in chunks] == [None, None, "stop"]
+    assert {chunk.id for chunk in chunks} == {"chatcmpl-1"}

@@ -431,7 +431,8 @@ def _tool_choice(field: Field) -> ToolChoice | None:
 
 
 def _reasoning(field: Field) -> tuple[str | int | None, dict[str, Any]]:
-    """``(effort, echo)`` from ``reasoning`` (``summary`` is echoed only)."""
+    """``(effort, echo)`` from ``reasoning`` (``summary``, echoed, also puts the reasoning
+    into the reasoning items' ``summary``)."""
     if not field.present:
         return None, {}
     effort = read_effort(field["effort"])
@@ -499,11 +500,18 @@ class _Items:
     def item_id(self, prefix: str) -> str:
         return f"{prefix}_{self._token}_{len(self.done)}"
 
+    @property
+    def summarized(self) -> bool:
+        """Whether the request asked for ``reasoning.summary`` (not ``none``): the finished
+        reasoning items then carry their text as one summary part too."""
+        return self._req.responses.reasoning.get("summary") not in (None, "none")
+
     def reasoning(self, item_id: str, text: str, status: str) -> dict[str, Any]:
+        summarized = self.summarized and bool(text) and status != "in_progress"
         item: dict[str, Any] = {
             "type": "reasoning",
             "id": item_id,
-            "summary": [],
+            "summary": [_summary_text(text)] if summarized else [],
             "content": [{"type": "reasoning_text", "text": text}] if text else [],
             "status": status,
         }
@@ -543,6 +551,10 @@ class _Items:
 
 def _output_text(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+def _summary_text(text: str) -> dict[str, Any]:
+    return {"type": "summary_text", "text": text}
 
 
 def _response_object(
@@ -785,10 +797,23 @@ class _OutputItems:
                 out.append(self._text_done("response.output_text.done", item, text, logprobs=[]))
                 done = self.items.message(item["id"], text, "completed")
             out.append(self._part_event("response.content_part.done", part))
+            if done.get("summary"):
+                out += self._summary_events(done, text)
         out.append(self.event("response.output_item.done", output_index=output_index, item=done))
         self.items.done.append(done)
         self._open = None
         return out
+
+    def _summary_events(self, item: Mapping[str, Any], text: str) -> list[StreamEvent]:
+        """The summary of a finished reasoning item (its text, as one part and one delta),
+        in the order OpenAI streams a summary: part added, text delta and done, part done."""
+        where = {"item_id": item["id"], "output_index": len(self.items.done), "summary_index": 0}
+        return [
+            self.event("response.reasoning_summary_part.added", **where, part=_summary_text("")),
+            self.event("response.reasoning_summary_text.delta", **where, delta=text),
+            self.event("response.reasoning_summary_text.done", **where, text=text),
+            self.event("response.reasoning_summary_part.done", **where, part=_summary_text(text)),
+        ]
 
     def sse(self, frame: StreamEvent) -> str:
         return _framed(frame)

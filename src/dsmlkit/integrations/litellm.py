@@ -65,10 +65,12 @@ class DsmlRepair(CustomLogger):
     ) -> AsyncIterator[Any]:
         leaks = StreamLeaks(request_dialect(request_data), request_data.get("tools"))
         closed = False
+        last: ModelResponseStream | None = None  # the last answer chunk, the end's model
         async for chunk in response:
             if closed or not isinstance(chunk, ModelResponseStream) or not chunk.choices:
                 yield chunk
                 continue
+            last = chunk
             choice = chunk.choices[0]
             delta = choice.delta
             fields = leaks.feed(
@@ -84,6 +86,13 @@ class DsmlRepair(CustomLogger):
                 closed = True  # what follows (a usage chunk) passes as it is
             choice.delta = Delta(role=delta.role, **fields)
             yield chunk
+        if not closed and last is not None:
+            # The upstream ended without a finish_reason: what the repair held back (text
+            # that might have begun markup) comes in one more chunk, with the finish.
+            end = last.model_copy(deep=True)
+            fields, end.choices[0].finish_reason = leaks.close(None)
+            end.choices[0].delta = Delta(**fields)
+            yield end
 
 
 def _joined(first: dict[str, Any], second: dict[str, Any]) -> dict[str, Any]:
