@@ -148,11 +148,15 @@ class RequestSpans:
         self.mark("upstream_done")
         if self._client is not None:
             self._client.end(end_time=self._marks["upstream_done"])
+            self._client = None
 
     def finish(self, status: int, error: str | None) -> None:
         """Make the stage spans that ran and end the server span."""
         from opentelemetry.trace import Status, StatusCode
 
+        if self._client is not None:  # the upstream request failed as it was sent
+            self._client.set_status(Status(StatusCode.ERROR, error))
+            self.upstream_done()
         marks, now = self._marks, time.time_ns()
         for name, begin, end in _STAGES:
             if begin in marks and (end in marks or end == "end"):
