@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from dsmlkit import __version__
+from dsmlkit.server.tracing import trace_headers
 from tests.server.conftest import CLIENT_TIMEOUT
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.process import free_port, serve_process
@@ -179,3 +180,30 @@ def test_json_logs_have_iso_times_and_levels_by_status() -> None:
     assert all(re.fullmatch(ISO, str(line["time"])) for line in lines)
     levels = {line["status"]: line["level"] for line in lines if line["event"] == "request"}
     assert levels == {200: "info", 400: "warning", 502: "error"}  # 200: /health
+
+
+@pytest.mark.parametrize(
+    ("parent", "kept"),
+    [
+        (PARENT, True),
+        ("01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-later", True),  # a later version
+        (PARENT.upper(), False),
+        ("ff" + PARENT[2:], False),
+        (PARENT + "-more", False),  # version 00 has four fields
+        (f"00-{'0' * 32}-b7ad6b7169203331-01", False),
+        (f"00-0af7651916cd43dd8448eb211c80319c-{'0' * 16}-01", False),
+        (PARENT[:-1], False),
+    ],
+)
+def test_a_traceparent_is_forwarded_only_when_well_formed(parent: str, kept: bool) -> None:
+    found = trace_headers({"traceparent": parent, "tracestate": STATE})
+    assert found == ({"traceparent": parent, "tracestate": STATE} if kept else {})
+
+
+@pytest.mark.parametrize(
+    ("state", "kept"),
+    [(STATE, True), ("a=1,tenant@vendor=x", True), ("A=1", False), ("a=1," * 33, False)],
+)
+def test_a_tracestate_is_forwarded_only_when_well_formed(state: str, kept: bool) -> None:
+    found = trace_headers({"traceparent": PARENT, "tracestate": state})
+    assert ("tracestate" in found) is kept and found["traceparent"] == PARENT
