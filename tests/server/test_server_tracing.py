@@ -28,6 +28,7 @@ trace_service_pb2 = pytest.importorskip(
 CHAT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 PARENT_ID = "b7ad6b7169203331"
+FAILING_ID = "1af7651916cd43dd8448eb211c80319d"
 SPAN_KIND_SERVER, SPAN_KIND_CLIENT = 2, 3  # opentelemetry.proto.trace.v1.Span.SpanKind
 
 
@@ -73,7 +74,7 @@ def test_a_request_is_traced_to_the_engine(
     engine, engine_url = engine_server
     endpoint, spans = receiver
     engine.headers.clear()
-    engine.push(Reply(text="Hello there, how are you?", chunk_size=2))
+    engine.push(Reply(text="Hello there, how are you?", chunk_size=2), Reply(status=500))
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50"}
     flags = ("--tokenizer", "none", "--upstream", engine_url)
     with serve_process(*flags, env=env) as (process, url):
@@ -82,6 +83,9 @@ def test_a_request_is_traced_to_the_engine(
             "POST", url + "/v1/chat/completions", json=CHAT, headers=headers, timeout=CLIENT_TIMEOUT
         ) as r:
             assert r.status_code == 200 and list(r.iter_lines())
+        failing = {"traceparent": f"00-{FAILING_ID}-{PARENT_ID}-01"}
+        response = httpx.post(url + "/v1/chat/completions", json=CHAT, headers=failing)
+        assert response.status_code == 502
         code, _, err = _stopped(process, signal.SIGTERM)  # the spans still queued go out
     assert code == 0, err
     ours = {s.name: s for s in spans if s.trace_id.hex() == TRACE_ID}
@@ -96,8 +100,13 @@ def test_a_request_is_traced_to_the_engine(
         assert span.start_time_unix_nano <= span.end_time_unix_nano <= server.end_time_unix_nano
     upstream = ours["upstream"]
     assert upstream.kind == SPAN_KIND_CLIENT
-    sent = engine.headers[-1]["traceparent"]
+    sent = engine.headers[0]["traceparent"]
     assert sent == f"00-{TRACE_ID}-{upstream.span_id.hex()}-01"
+    # an upstream that refused: its client span ends too, both in error
+    failed = {s.name: s for s in spans if s.trace_id.hex() == FAILING_ID}
+    stages = {"read", "restore", "plan", "upstream", "write"}  # write: the error body
+    assert stages | {"POST /v1/chat/completions"} == set(failed)
+    assert failed["upstream"].status.code == failed["POST /v1/chat/completions"].status.code == 2
 
 
 def test_a_default_server_imports_no_opentelemetry_sdk() -> None:
