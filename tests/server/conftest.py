@@ -84,6 +84,7 @@ def _reset(fake: FakeEngine) -> None:
     fake.script.clear()
     fake.requests.clear()
     fake.authorizations.clear()
+    fake.headers.clear()
     fake.disconnects = 0
     fake.on_chunk = None
     fake.tokenize_delay = 0.0

@@ -22,7 +22,8 @@ It behaves like vLLM 0.33 where the gateway depends on it:
 Each completion takes the next scripted :class:`Reply` (or ``default``), streams it a few
 tokens per chunk and can fail on demand: an error status, a hang, a dropped connection, a
 malformed SSE event after N chunks, or a raw body. Received bodies are kept in
-``requests`` (and their Authorization headers in ``authorizations``); ``disconnects``
+``requests`` (their Authorization headers in ``authorizations``, all their headers in
+``headers``); ``disconnects``
 counts clients that went away while it was hanging.
 """
 
@@ -110,6 +111,7 @@ class FakeEngine:
     script: deque[Reply] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)
     authorizations: list[str | None] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
     disconnects: int = 0
     #: ``on_chunk(request_body, chunk)`` is called just before a chunk is sent.
     on_chunk: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
@@ -203,6 +205,7 @@ class FakeEngine:
         self.requests.append(request)
         authorization = dict(scope["headers"]).get(b"authorization")
         self.authorizations.append(authorization.decode() if authorization else None)
+        self.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
         if (unknown := self._unknown_model(request)) is not None or "model" not in request:
             await _send_error(send, 404, unknown or "model is required", "NotFoundError", "model")
             return

@@ -115,7 +115,7 @@ def test_a_metrics_directory_the_operator_set_is_used_and_kept(
             code, _, _ = _stopped(process, signal.SIGTERM)
         assert totals["/v1/parse"] == 1 and code == 0
         kinds = {path.name.split("_")[0] for path in tmp_path.iterdir()}
-        assert kinds == {"counter", "histogram", "notes.txt"}
+        assert kinds == {"counter", "gauge", "histogram", "notes.txt"}
 
 
 def test_a_metrics_directory_that_is_none_cannot_start(
@@ -168,10 +168,11 @@ def test_log_lines_are_json_with_the_request_fields(
     assert chat["id"].startswith("req_") and chat["method"] == "POST"
     assert (chat["status"], chat["stream"], chat["finish_reason"]) == (200, True, "stop")
     assert chat["logger"] == "dsmlkit.server.access" and chat["level"] == "info"
-    for key in ("ms", "upstream_ms", "overhead_ms", "parse_ms", "time", "completion_tokens"):
+    for key in ("ms", "upstream_ms", "overhead_ms", "parse_ms", "completion_tokens"):
         assert isinstance(chat[key], (int, float)), key
     refused = next(line for line in requests if line["route"] == "/v1/parse")
     assert (refused["status"], refused["error"]) == (400, "invalid_request_error")
+    assert refused["level"] == "warning"
     plain = [line for line in lines if line["event"] == "log"]  # uvicorn's own lines
     assert plain and all({"message", "time", "level", "logger"} <= line.keys() for line in plain)
 

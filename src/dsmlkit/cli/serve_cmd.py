@@ -225,6 +225,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     add("--workers", type=_positive(int), default=1, help="worker processes (default: 1)")
     add("--log-level", choices=LOG_LEVELS, default="info", help="(default: info)")
+    add(
+        "--log-format",
+        choices=("json", "text"),
+        default="json",
+        help="one JSON object per log line, or one line of text (default: json)",
+    )
     _defaults_from_environment(parser)
     parser.set_defaults(func=run)
 
@@ -342,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
         sock = listening_socket(args.host, args.port)
     except OSError as exc:
         return fail("serve", f"cannot listen on {args.host}:{args.port}: {exc}", EXIT_START)
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     state: ServerState = app.state.dsmlkit
     asyncio.run(_read_engines(state, served_here=args.workers == 1))
     mismatches = [f"model {m.name}: {m.name_mismatch()}" for m in state.models if m.name_mismatch()]
@@ -354,10 +360,16 @@ def run(args: argparse.Namespace) -> int:
     print(_banner(host, port, state, problems), flush=True)
     target: Any = app
     if args.workers > 1:
-        from dsmlkit.server.runtime import CONFIG_ENV, LOG_LEVEL_ENV, settings_to_environment
+        from dsmlkit.server.runtime import (
+            CONFIG_ENV,
+            LOG_FORMAT_ENV,
+            LOG_LEVEL_ENV,
+            settings_to_environment,
+        )
 
         os.environ[CONFIG_ENV] = settings_to_environment(config)
         os.environ[LOG_LEVEL_ENV] = args.log_level
+        os.environ[LOG_FORMAT_ENV] = args.log_format
         target = "dsmlkit.server.runtime:app_from_environment"
     with metrics_dir:
         serve(

@@ -37,8 +37,9 @@ from dsmlkit.server.apis import api_for_path, error_response, upstream_api_error
 from dsmlkit.server.config import ServerConfig, host_name, is_loopback_name
 from dsmlkit.server.errors import UpstreamError
 from dsmlkit.server.observer import RequestObserver, observer_of
-from dsmlkit.server.reqlog import RequestRecord, new_request_id
+from dsmlkit.server.reqlog import CURRENT_REQUEST, RequestRecord, request_id_from
 from dsmlkit.server.state import ServerState, client_keys
+from dsmlkit.server.tracing import trace_headers, tracing_from_environment
 
 LOGGER = logging.getLogger("dsmlkit.server")
 
@@ -58,6 +59,7 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.tracing = tracing_from_environment()
         await state.read_engines()
         for model in state.models:
             for problem in model.problems():
@@ -65,6 +67,8 @@ def create_app(config: ServerConfig | None = None) -> FastAPI:
         with _drain_on_stop_signals(state):
             yield
         await state.aclose()
+        if state.tracing is not None:
+            state.tracing.shutdown()
 
     app = _App(
         title="dsmlkit",
@@ -284,10 +288,18 @@ class RequestMiddleware:
         path: str = scope["path"]
         api = api_for_path(path)
         route = path if path in self.routes else "other"  # bounded metric labels
+        headers = Headers(scope=scope)
+        request_id = request_id_from(headers.get("x-request-id"))
+        forward = {"x-request-id": request_id, **trace_headers(headers)}
+        tracing = self.state.tracing
         observer = RequestObserver(
-            RequestRecord(id=new_request_id(), method=scope["method"], route=route)
+            RequestRecord(id=request_id, method=scope["method"], route=route),
+            api.name,
+            forward,
+            tracing.start(scope["method"], route, forward) if tracing is not None else None,
         )
         scope.setdefault("state", {})["observer"] = observer
+        naming = CURRENT_REQUEST.set(request_id)
         started = False
 
         async def send_with_id(message: Message) -> None:
@@ -302,6 +314,8 @@ class RequestMiddleware:
                     (b"request-id", request_id),
                 ]
                 message = {**message, "headers": headers}
+            elif message.get("body"):
+                observer.wrote()
             await send(message)
 
         try:
@@ -327,6 +341,7 @@ class RequestMiddleware:
                 await error_response(api, err, observer.request_id)(scope, receive, send_with_id)
         finally:
             observer.finish(self.state.metrics)
+            CURRENT_REQUEST.reset(naming)
 
     def _refusal(self, scope: Scope) -> ApiError | None:
         """What a request is refused for before its body is used, in this order: its

@@ -98,10 +98,12 @@ class UpstreamFigures:
 
 class Upstream:
     """The upstream requests of one answer, one open at a time (a forced call in thinking
-    mode takes two); ``fell_back``: the first was refused and the fallback body sent."""
+    mode takes two), each with ``headers`` (the request id and trace context);
+    ``fell_back``: the first was refused and the fallback body sent."""
 
-    def __init__(self, route: Route) -> None:
+    def __init__(self, route: Route, headers: Mapping[str, str]) -> None:
         self._route = route
+        self._headers = headers
         self._streams: list[UpstreamStream] = []
         self.fell_back = False
 
@@ -123,7 +125,7 @@ class Upstream:
     async def _send(self, body: dict[str, Any]) -> None:
         route = self._route
         stream = await route.client.open_stream(
-            route.endpoint, body, route.key, clients_key=route.forwarded
+            route.endpoint, body, route.key, self._headers, clients_key=route.forwarded
         )
         self._streams.append(stream)
 

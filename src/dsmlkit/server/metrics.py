@@ -9,8 +9,12 @@ With several worker processes, ``prometheus_client``'s multiprocess mode: when
 --workers N`` makes a private one for its workers, see
 :func:`dsmlkit.server.runtime.metrics_directory`), every process writes its values to
 files there and a scrape of any worker adds up the files of all of them. A worker that
-died keeps its files, so its counts stay in the totals (counters never go back); there are
-no gauges, so no process has to be marked dead.
+died keeps its files, so its counts stay in the totals (counters never go back). The
+gauges add up the live processes only (``livesum``: the requests a dead worker had in
+flight are gone with it) or take the largest value (``max``: the build info, 1 in each).
+
+No ``_created`` series: they double the series of every counter and histogram and no
+chart uses them.
 """
 
 from __future__ import annotations
@@ -18,7 +22,14 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.multiprocess import MultiProcessCollector
 
@@ -50,17 +61,54 @@ OVERHEAD_BUCKETS = (
 )
 
 
+#: Seconds between the parts of a streamed answer, and to its first part, as agents see
+#: them: a token every few milliseconds to a long prefill or tool-call wait.
+CHUNK_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
 #: A metric with labels (its children are of the same type).
-_Labelled = TypeVar("_Labelled", Counter, Histogram)
+_Labelled = TypeVar("_Labelled", Counter, Gauge, Histogram)
 
 
 class Metrics:
     """Every metric the server exports."""
 
     def __init__(self) -> None:
+        from dsmlkit import __version__
+
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # not annotated
         self._multiprocess = MULTIPROC_ENV in os.environ
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._registry = registry = CollectorRegistry()
+        self.build_info = Gauge(
+            "dsmlkit_build_info",
+            "Always 1; the version of dsmlkit serving.",
+            ("version",),
+            registry=registry,
+            multiprocess_mode="max",
+        )
+        self.build_info.labels(__version__).set(1)
+        self.in_flight = Gauge(
+            "dsmlkit_requests_in_flight",
+            "Gateway requests being answered, by API and served model.",
+            ("api", "model"),
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self.first_chunk = Histogram(
+            "dsmlkit_time_to_first_chunk_seconds",
+            "Streamed answers: time from the request to the first part of the response body, "
+            "by route.",
+            ("route",),
+            buckets=CHUNK_BUCKETS,
+            registry=registry,
+        )
+        self.between_chunks = Histogram(
+            "dsmlkit_time_between_chunks_seconds",
+            "Streamed answers: time between the parts of the response body, by route.",
+            ("route",),
+            buckets=CHUNK_BUCKETS,
+            registry=registry,
+        )
         self.requests = Counter(
             "dsmlkit_requests_total",
             "Requests answered, by route and HTTP status.",
@@ -121,6 +169,13 @@ class Metrics:
             registry=registry,
         )
 
+    def in_flight_now(self, api: str, model: str) -> Gauge:
+        """Count a request in flight for ``api`` and ``model``; the gauge to ``dec()`` when
+        it ends."""
+        gauge = self._child(self.in_flight, api, model)
+        gauge.inc()
+        return gauge
+
     def record(self, record: RequestRecord) -> None:
         """Account for one finished request."""
         route, child = record.route, self._child
@@ -140,6 +195,11 @@ class Metrics:
             self.upstream_time.observe(record.upstream_seconds)
         if record.overhead is not None:
             child(self.overhead, route).observe(record.overhead)
+        if record.stream and record.first_chunk is not None:
+            child(self.first_chunk, route).observe(record.first_chunk)
+            between = child(self.between_chunks, route)
+            for seconds in record.chunk_gaps:
+                between.observe(seconds)
         if record.chunk_overheads:
             per_chunk = child(self.chunk_overhead, route)
             for seconds in record.chunk_overheads:

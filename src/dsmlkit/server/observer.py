@@ -11,8 +11,10 @@ still reports what it did.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from starlette.requests import Request
 
@@ -22,15 +24,32 @@ from dsmlkit.server.fold import Outcome, Upstream, UpstreamFigures
 from dsmlkit.server.metrics import Metrics
 from dsmlkit.server.reqlog import RequestRecord
 from dsmlkit.server.restore import Restored
+from dsmlkit.server.tracing import RequestSpans
 from dsmlkit.server.upstream_kinds import UpstreamPlan
 
 
 class RequestObserver:
     """What one request did, gathered from the stages' results into its
-    :class:`~.reqlog.RequestRecord` (the log line, the metrics)."""
+    :class:`~.reqlog.RequestRecord` (the log line, the metrics) and, when tracing, its
+    spans (:class:`~.tracing.RequestSpans`).
 
-    def __init__(self, record: RequestRecord) -> None:
+    ``api``: the name of the API the route answers in; ``forward``: the headers that go on
+    to the engine (the request id, the client's trace context); ``spans``: the request's
+    spans, when tracing."""
+
+    def __init__(
+        self,
+        record: RequestRecord,
+        api: str,
+        forward: Mapping[str, str],
+        spans: RequestSpans | None = None,
+    ) -> None:
         self._record = record
+        self._api = api
+        self._forward = forward
+        self._spans = spans
+        self._in_flight: Any = None
+        self._last_chunk = 0.0
         self._restored: Restored | None = None
         self._plan: UpstreamPlan | None = None
         self._upstream: Upstream | None = None
@@ -50,6 +69,7 @@ class RequestObserver:
     def received(self, body_bytes: int) -> None:
         """The size of the request body."""
         self._record.body_bytes = body_bytes
+        self._mark("received")
 
     def failed(self, error_type: str, message: str) -> None:
         """The error the request ended in (the first one wins)."""
@@ -62,15 +82,27 @@ class RequestObserver:
     def restored(self, restored: Restored) -> None:
         """What the restore stage did."""
         self._restored = restored
+        self._mark("restored")
 
-    def gateway(self, model: str, req: ChatRequest) -> None:
-        """A gateway request: its served model, whether it streams; its output is parsed."""
+    def gateway(self, model: str, req: ChatRequest, metrics: Metrics) -> None:
+        """A gateway request: its served model, whether it streams; its output is parsed.
+        It is in flight from now until it ends."""
         record = self._record
         record.model, record.stream, record.parsed = model, req.stream, True
+        self._in_flight = metrics.in_flight_now(self._api, model)
 
     def planned(self, plan: UpstreamPlan) -> None:
         """What goes upstream: the prompt's length, the wait for the engine's count."""
         self._plan = plan
+        self._mark("planned")
+
+    def upstream_headers(self) -> dict[str, str]:
+        """The headers the upstream requests carry: the request id, and the trace context
+        (the client's, or with tracing the upstream span's, started now)."""
+        headers = dict(self._forward)
+        if self._spans is not None:
+            self._spans.upstream(headers)
+        return headers
 
     def sending(self, upstream: Upstream) -> None:
         """The upstream requests of the answer (a refused forced choice is counted)."""
@@ -79,10 +111,25 @@ class RequestObserver:
     def upstream_finished(self, figures: UpstreamFigures) -> None:
         """The upstream's figures, once its requests are closed."""
         self._figures = figures
+        if self._spans is not None:
+            self._spans.upstream_done()
 
     def folding(self, outcome: Outcome) -> None:
         """What fold finds out, read when the request ends."""
         self._outcome = outcome
+        self._mark("folding")
+
+    def wrote(self) -> None:
+        """A part of the response body went out (its time to the first, between the
+        next ones)."""
+        now = time.perf_counter()
+        record = self._record
+        if record.first_chunk is None:
+            record.first_chunk = now - record.started
+            self._mark("writing")
+        else:
+            record.chunk_gaps.append(now - self._last_chunk)
+        self._last_chunk = now
 
     def answer(self, diagnostics: Sequence[Diagnostic]) -> None:
         """The answer's final diagnostics (its events', which fold counted already, are
@@ -137,6 +184,14 @@ class RequestObserver:
         record.state_error = next((e for e in reversed(errors) if e is not None), None)
         record.finish()
         metrics.record(record)
+        if self._in_flight is not None:
+            self._in_flight.dec()
+        if self._spans is not None:
+            self._spans.finish(record.status, record.error_type)
+
+    def _mark(self, boundary: str) -> None:
+        if self._spans is not None:
+            self._spans.mark(boundary)
 
 
 def observer_of(request: Request) -> RequestObserver:

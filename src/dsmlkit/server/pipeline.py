@@ -111,10 +111,10 @@ async def answer(request: Request, api: ClientApi[Any]) -> Response:
     restored = await restore_state(state, read)
     observer.restored(restored)
     req = restored.req
-    observer.gateway(model.name, req)
+    observer.gateway(model.name, req, state.metrics)
     plan = await plan_upstream(state, model, restored, sent, route.key, size)
     observer.planned(plan)
-    upstream = Upstream(route)
+    upstream = Upstream(route, observer.upstream_headers())
     observer.sending(upstream)
     await upstream.open(plan)
     headers = _clamp_note(plan, model, observer.request_id)

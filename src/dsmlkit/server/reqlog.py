@@ -1,4 +1,4 @@
-"""One structured record per request, logged as one JSON line.
+"""One structured record per request, logged as one line (JSON or text).
 
 The request's observer (:mod:`.observer`, in the ASGI scope's state from the moment the
 request arrives until its last byte is sent) is the only one that fills it.
@@ -9,16 +9,24 @@ the fields ride on the log record and the JSON formatter writes them out in one 
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 import time
 from collections import Counter
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-#: The logger that receives one JSON line per request (level INFO).
+#: The logger that receives one line per request (INFO; WARNING for a 4xx, ERROR for a 5xx).
 ACCESS_LOGGER = logging.getLogger("dsmlkit.server.access")
 #: The attribute of a log record that holds a structured line's fields.
 FIELDS = "dsmlkit_fields"
+#: The id of the request being answered, for every log line written while it is.
+CURRENT_REQUEST: ContextVar[str | None] = ContextVar("dsmlkit_request_id", default=None)
+#: The longest ``x-request-id`` taken from a client.
+MAX_REQUEST_ID = 128
+#: An HTTP token (RFC 9110 ``tchar``): printable ASCII without spaces, quotes or separators.
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
 def log_event(logger: logging.Logger, level: int, message: str, fields: dict[str, Any]) -> None:
@@ -30,6 +38,22 @@ def log_event(logger: logging.Logger, level: int, message: str, fields: dict[str
 def new_request_id() -> str:
     """A fresh request id (``req_`` + 24 hex digits)."""
     return "req_" + secrets.token_hex(12)
+
+
+def request_id_from(sent: str | None) -> str:
+    """The client's ``x-request-id`` when it is an HTTP token of at most
+    :data:`MAX_REQUEST_ID` characters, else a fresh id (an unusable one is replaced, not
+    refused)."""
+    if sent is not None and len(sent) <= MAX_REQUEST_ID and _TOKEN.fullmatch(sent):
+        return sent
+    return new_request_id()
+
+
+def request_level(status: int) -> int:
+    """A request line's level: ERROR for a 5xx, WARNING for a 4xx, else INFO."""
+    if status >= 500:
+        return logging.ERROR
+    return logging.WARNING if status >= 400 else logging.INFO
 
 
 @dataclass
@@ -66,6 +90,10 @@ class RequestRecord:
     error_type: str | None = None
     error_message: str | None = None
     duration: float = 0.0
+    #: From the request's arrival to the first part of its response body.
+    first_chunk: float | None = None
+    #: The time between each part of the response body and the one before.
+    chunk_gaps: list[float] = field(default_factory=list)
 
     @property
     def overhead(self) -> float | None:
@@ -86,7 +114,7 @@ class RequestRecord:
         self.duration = time.perf_counter() - self.started
         log_event(
             ACCESS_LOGGER,
-            logging.INFO,
+            request_level(self.status),
             f"{self.method} {self.route} {self.status} {self.id}",
             self.log_fields(),
         )

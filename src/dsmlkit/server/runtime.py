@@ -1,6 +1,7 @@
-"""Running the app under uvicorn: JSON logs, the header timeout, workers and a clean stop.
+"""Running the app under uvicorn: the logs, the header timeout, workers and a clean stop.
 
-* every log line is one JSON object (:class:`JsonFormatter`; Python warnings included);
+* every log line is one JSON object (:class:`JsonFormatter`) or, with ``--log-format text``,
+  one line of text (:class:`TextFormatter`); Python warnings included;
 * the HTTP protocol (uvicorn's httptools one when installed, else h11; the event loop is
   uvloop when installed) closes a connection whose request headers are not complete
   within the header timeout (slowloris), on the first request and on every keep-alive one;
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import gc
 import glob
 import json
@@ -36,35 +38,78 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from dsmlkit.server.app import create_app
 from dsmlkit.server.config import ConfigError, ModelConfig, ServerConfig
 from dsmlkit.server.metrics import MULTIPROC_ENV
-from dsmlkit.server.reqlog import ACCESS_LOGGER, FIELDS
+from dsmlkit.server.reqlog import ACCESS_LOGGER, CURRENT_REQUEST, FIELDS
 
 #: The environment variable that carries the settings to ``--workers`` processes.
 CONFIG_ENV = "DSMLKIT_SERVE_SETTINGS"
 LOG_LEVEL_ENV = "DSMLKIT_LOG_LEVEL"
+LOG_FORMAT_ENV = "DSMLKIT_LOG_FORMAT"
+
+
+def iso_time(record: logging.LogRecord) -> str:
+    """The record's time in ISO 8601, UTC, to the millisecond (``2026-01-02T03:04:05.678Z``)."""
+    moment = datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def line_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """A structured line's fields (:func:`~dsmlkit.server.reqlog.log_event`), else
+    ``event: log`` and the message; a line written while a request is answered and that
+    does not name it gets its id as ``request_id``."""
+    fields: dict[str, Any] | None = getattr(record, FIELDS, None)
+    line: dict[str, Any] = (
+        dict(fields) if fields is not None else {"event": "log", "message": record.getMessage()}
+    )
+    request_id = CURRENT_REQUEST.get()
+    if request_id is not None and line.get("id") != request_id:
+        line["request_id"] = request_id
+    return line
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line, written by one ``json.dumps``: a structured line's fields
-    (:func:`~dsmlkit.server.reqlog.log_event`), else ``event: log`` and the message; then
-    the time, level and logger, and a traceback as ``exception``."""
+    """One JSON object per line, written by one ``json.dumps``: :func:`line_fields`, then
+    the time (:func:`iso_time`), level and logger, and a traceback as ``exception``."""
 
     def format(self, record: logging.LogRecord) -> str:
-        fields: dict[str, Any] | None = getattr(record, FIELDS, None)
-        line: dict[str, Any] = (
-            dict(fields) if fields is not None else {"event": "log", "message": record.getMessage()}
-        )
-        line.update(
-            time=round(record.created, 3), level=record.levelname.lower(), logger=record.name
-        )
+        line = line_fields(record)
+        line.update(time=iso_time(record), level=record.levelname.lower(), logger=record.name)
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False)
 
 
-def configure_logging(level: str) -> None:
-    """Send every logger (dsmlkit, uvicorn, Python warnings) to stderr as JSON lines."""
+class TextFormatter(logging.Formatter):
+    """One line for people: time (:func:`iso_time`), level, logger, the message, then a
+    structured line's other fields as ``key=value`` (values that are not plain words in
+    JSON); a traceback follows on its own lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = line_fields(record)
+        if fields.get("event") == "log":
+            del fields["event"], fields["message"]
+        parts = [iso_time(record), record.levelname, record.name, record.getMessage()]
+        parts += (f"{key}={_text_value(value)}" for key, value in fields.items())
+        line = " ".join(parts)
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def _text_value(value: Any) -> str:
+    if isinstance(value, str) and value and value.isprintable() and " " not in value:
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+#: ``--log-format``: the formatter of each.
+FORMATTERS: dict[str, type[logging.Formatter]] = {"json": JsonFormatter, "text": TextFormatter}
+
+
+def configure_logging(level: str, log_format: str = "json") -> None:
+    """Send every logger (dsmlkit, uvicorn, Python warnings) to stderr, one line per
+    record in ``log_format`` (a key of :data:`FORMATTERS`)."""
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
+    handler.setFormatter(FORMATTERS[log_format]())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
@@ -155,7 +200,7 @@ def settings_to_environment(config: ServerConfig) -> str:
 def app_from_environment() -> Any:
     """The app of one ``--workers`` process, from :data:`CONFIG_ENV`."""
     data = json.loads(os.environ[CONFIG_ENV])
-    configure_logging(os.environ.get(LOG_LEVEL_ENV, "info"))
+    configure_logging(os.environ.get(LOG_LEVEL_ENV, "info"), os.environ.get(LOG_FORMAT_ENV, "json"))
     models = tuple(
         ModelConfig(**{**model, "aliases": tuple(model["aliases"])}) for model in data["models"]
     )

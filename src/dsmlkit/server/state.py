@@ -23,6 +23,7 @@ from dsmlkit.server.metrics import Metrics
 from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
 from dsmlkit.server.sealing import KeyRing
 from dsmlkit.server.state_store import open_store
+from dsmlkit.server.tracing import Tracing
 from dsmlkit.server.upstream import UpstreamClient
 from dsmlkit.server.upstream_kinds import UpstreamKind
 
@@ -124,6 +125,8 @@ class ServerState:
     config: ServerConfig
     models: list[ServedModel]
     metrics: Metrics = field(default_factory=Metrics)
+    #: OpenTelemetry, when an OTLP endpoint is set (made as the app starts serving).
+    tracing: Tracing | None = None
     started: int = field(default_factory=lambda: int(time.time()))
     draining: bool = False
     _streams: set[anyio.CancelScope] = field(default_factory=set)

@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
@@ -480,15 +480,17 @@ class UpstreamClient:
         endpoint: str,
         body: dict[str, Any],
         api_key: str | None,
+        extra_headers: Mapping[str, str],
         *,
         clients_key: bool = False,
     ) -> UpstreamStream:
-        """Send ``body`` and wait for the response headers; a 4xx/5xx raises at once.
+        """Send ``body`` with ``extra_headers`` (the request id, the trace context) and wait
+        for the response headers; a 4xx/5xx raises at once.
 
         ``clients_key`` says ``api_key`` is the client's own (forwarded): an upstream 401 or
         403 is then the client's problem, else the gateway's (kind ``auth``).
         """
-        headers = {"accept": "text/event-stream", "content-type": JSON}
+        headers = {**extra_headers, "accept": "text/event-stream", "content-type": JSON}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
         sent_at = time.perf_counter()
