@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -126,26 +125,19 @@ async def metrics(request: Request) -> Response:
     return Response(state_of(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
+@router.post(CHAT.render_path)
 async def render_chat(request: Request) -> JSONResponse:
     return JSONResponse(await _render(request, CHAT))
 
 
+@router.post(MESSAGES.render_path)
 async def render_messages(request: Request) -> JSONResponse:
     return JSONResponse(await _render(request, MESSAGES))
 
 
+@router.post(RESPONSES.render_path)
 async def render_responses(request: Request) -> JSONResponse:
     return JSONResponse(await _render(request, RESPONSES))
-
-
-#: Each API's render route (at its ``render_path``).
-RENDER_ROUTES: dict[ClientApi[Any], Callable[[Request], Awaitable[JSONResponse]]] = {
-    CHAT: render_chat,
-    MESSAGES: render_messages,
-    RESPONSES: render_responses,
-}
-for _api, _route in RENDER_ROUTES.items():
-    router.add_api_route(_api.render_path, _route, methods=["POST"])
 
 
 async def _render(request: Request, api: ClientApi[Any]) -> dict[str, Any]:

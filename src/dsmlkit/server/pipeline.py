@@ -79,26 +79,19 @@ _DISCONNECTED = ("client_disconnected", "the client went away; the upstream requ
 CLAMPED_HEADER = "x-dsmlkit-max-tokens-clamped"
 
 
+@router.post(CHAT.path)
 async def chat_completions(request: Request) -> Response:
     return await answer(request, CHAT)
 
 
+@router.post(MESSAGES.path)
 async def messages(request: Request) -> Response:
     return await answer(request, MESSAGES)
 
 
+@router.post(RESPONSES.path)
 async def responses(request: Request) -> Response:
     return await answer(request, RESPONSES)
-
-
-#: Each API's gateway route (at its ``path``).
-ROUTES: dict[ClientApi[Any], Callable[[Request], Awaitable[Response]]] = {
-    CHAT: chat_completions,
-    MESSAGES: messages,
-    RESPONSES: responses,
-}
-for _api, _route in ROUTES.items():
-    router.add_api_route(_api.path, _route, methods=["POST"])
 
 
 async def answer(request: Request, api: ClientApi[Any]) -> Response:
