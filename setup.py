@@ -1,5 +1,5 @@
 """The package's build. It is pure Python, but for a wheel built with ``DSMLKIT_COMPILE=1``:
-then the render modules of :data:`COMPILED` are compiled by mypyc too (a wheel for one
+then the read and render modules of :data:`COMPILED` are compiled by mypyc too (a wheel for one
 CPython version and platform, the ``.py`` files beside the extensions). The build backend
 (``_build/dsmlkit_build.py``) decides that and says so in ``_DSMLKIT_SETUP_COMPILES``.
 """
@@ -12,7 +12,9 @@ from setuptools import setup
 #: compiled (docs/rendering.md, "The compiled build").
 COMPILED = [
     "src/dsmlkit/render/builder.py",
-    "src/dsmlkit/render/conversation.py",
+    "src/dsmlkit/conversation/model.py",
+    "src/dsmlkit/conversation/normalize.py",
+    "src/dsmlkit/conversation/readers.py",
     "src/dsmlkit/render/renderer.py",
 ]
 

@@ -50,7 +50,7 @@ def test_the_version_is_written_in_one_place() -> None:
     installed package's metadata says the same."""
     pyproject = (Path(__file__).parent.parent / "pyproject.toml").read_text("utf-8")
     assert 'dynamic = ["version"]' in pyproject and '\nversion = "' not in pyproject
-    assert 'version = { attr = "dsmlkit.__version__" }' in pyproject
+    assert 'version = { attr = "dsmlkit._version.__version__" }' in pyproject
     assert importlib.metadata.version("dsmlkit") == __version__
 
 

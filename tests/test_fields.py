@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from dsmlkit.conversation.readers import build_conversation, history_arguments, read_messages
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.fields import MISSING, Field
-from dsmlkit.render.conversation import build_conversation, history_arguments, read_messages
 
 
 def _call(call_id: str, name: str, arguments: str) -> dict[str, Any]:

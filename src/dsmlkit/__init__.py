@@ -3,9 +3,8 @@
 The core (dialects, parser, renderer, API adapters) imports only the standard library.
 """
 
+from dsmlkit._version import __version__
 from dsmlkit.dialects import DIALECTS, Dialect, get_dialect
 from dsmlkit.errors import DsmlkitError, InvalidRequest
-
-__version__ = "0.1.0"
 
 __all__ = ["DIALECTS", "Dialect", "DsmlkitError", "InvalidRequest", "__version__", "get_dialect"]

@@ -20,6 +20,7 @@ Sources, names the encoder copies they come from).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Literal
 
 from dsmlkit.errors import CallerError, InvalidRequest
@@ -33,6 +34,18 @@ BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
+
+#: Quick-instruction task tokens (V4 and V4.1), by the ``task`` value of a message.
+TASK_TOKENS = MappingProxyType(
+    {
+        "action": "<｜action｜>",
+        "query": "<｜query｜>",
+        "authority": "<｜authority｜>",
+        "domain": "<｜domain｜>",
+        "title": "<｜title｜>",
+        "read_url": "<｜read_url｜>",
+    }
+)
 
 #: Integer reasoning budgets a table with budgets accepts.
 BUDGET_RANGE = range(1, 101)

@@ -54,7 +54,7 @@ class InvalidRequest(CallerError):
 def install_hint(extra: str) -> str:
     """How to install dsmlkit with ``extra`` (``server``, ``tokenizer``): dsmlkit is not on a
     package index yet, so from a checkout or from a wheel built from one."""
-    from dsmlkit import __version__
+    from dsmlkit._version import __version__
 
     return (
         f"pip install '.[{extra}]' in a dsmlkit checkout, or "

@@ -3,7 +3,7 @@
 A :class:`Field` is a value plus its path in the request (``messages[3].content[1]``).
 Every accessor either returns the value with the expected JSON type or raises
 :class:`~dsmlkit.errors.InvalidRequest` (400) naming that path. It is the one reader of
-requests: the canonical form (:mod:`dsmlkit.render.conversation`) and every API reader
+requests: the canonical form (:mod:`dsmlkit.conversation.readers`) and every API reader
 (:mod:`dsmlkit.api`) read with it.
 """
 

@@ -32,8 +32,8 @@ from vllm.tokenizers import deepseek_v4_encoding as reference_v4
 from vllm.tokenizers import deepseek_v32_encoding as reference_v32
 from vllm.tokenizers import deepseek_v41_encoding as reference_v41
 
+from dsmlkit.dialects import TASK_TOKENS
 from dsmlkit.render import render
-from dsmlkit.render.templates import TASK_TOKENS
 
 #: Conversations per dialect and mode.
 CONVERSATIONS = 2000

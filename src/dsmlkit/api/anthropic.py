@@ -32,12 +32,7 @@ from dsmlkit.api.errors import ApiError, anthropic_error_body
 from dsmlkit.api.seal import Sealer, SealError
 from dsmlkit.api.sse import RawJSON, TextFrames, json_body, sse_anthropic
 from dsmlkit.api.stream import BlockStream, Opened, TextKind, spliced
-from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
-from dsmlkit.errors import InvalidRequest
-from dsmlkit.fields import Field
-from dsmlkit.parse import FinishReason, ParsedMessage, ToolCall, ToolCallStart
-from dsmlkit.render import RenderOptions, resolve_dialect
-from dsmlkit.render.conversation import (
+from dsmlkit.conversation.model import (
     CHOICE_MODES,
     HistoryCall,
     ImagePart,
@@ -46,12 +41,14 @@ from dsmlkit.render.conversation import (
     TextPart,
     Tool,
     ToolChoice,
-    check_call_ids,
-    tool,
-    tool_name,
-    tool_reference,
 )
-from dsmlkit.render.conversation import conversation as finish_conversation
+from dsmlkit.conversation.normalize import finish_conversation
+from dsmlkit.conversation.readers import check_call_ids, tool, tool_name, tool_reference
+from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
+from dsmlkit.errors import InvalidRequest
+from dsmlkit.fields import Field
+from dsmlkit.parse import FinishReason, ParsedMessage, ToolCall, ToolCallStart
+from dsmlkit.render import RenderOptions, resolve_dialect
 
 #: Signature on thinking blocks when no signer is given (the gateway signs its own).
 THINKING_SIGNATURE = "dsmlkit-unsigned"

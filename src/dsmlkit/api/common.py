@@ -12,13 +12,15 @@ from __future__ import annotations
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Generic, Protocol, TypeGuard, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
 
 from dsmlkit.api.errors import ApiError, openai_error_body
 from dsmlkit.api.seal import Sealer
 from dsmlkit.api.sse import json_body
+from dsmlkit.conversation.model import Conversation, Tool
 from dsmlkit.dialects import Dialect
+from dsmlkit.encoding import Encoding, OutputReader
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.fields import Field
 from dsmlkit.parse import (
@@ -26,17 +28,13 @@ from dsmlkit.parse import (
     ContentDelta,
     Diagnostic,
     Event,
-    OutputEnd,
     ParsedMessage,
     Parser,
     ReasoningDelta,
     StartIn,
     ToolCall,
-    ToolCallEnd,
-    ToolCallStart,
 )
 from dsmlkit.render import RenderCache, RenderOptions, RenderResult
-from dsmlkit.render.conversation import Conversation, Tool
 
 #: Effort names DeepSeek documents; ``none`` means chat mode, the others are mapped by each
 #: dialect's effort table (``minimal`` → low, ``ultra`` → max, …).
@@ -67,14 +65,19 @@ class ParseOptions:
     tools: tuple[Tool, ...] = ()
     strict: bool = False
 
+    @property
+    def encoding(self) -> Encoding:
+        """The dialect's encoding."""
+        return Encoding(self.dialect)
+
+    def tool_functions(self) -> list[Mapping[str, Any]] | None:
+        """The tools' function objects, as the parser takes them (None: no tools)."""
+        return [tool.function for tool in self.tools] or None
+
     def parser(self, start_in: StartIn, id_factory: Callable[[], str] | None = None) -> Parser:
         """A fresh parser for one output that starts in ``start_in``."""
-        return Parser(
-            self.dialect,
-            start_in=start_in,
-            strict=self.strict,
-            tools=[tool.function for tool in self.tools] or None,
-            id_factory=id_factory,
+        return self.encoding.parser(
+            start_in, tools=self.tool_functions(), strict=self.strict, id_factory=id_factory
         )
 
 
@@ -282,6 +285,11 @@ class ChatRequest:
         """The client's stop strings."""
         return tuple(self.sampling.get("stop", ()))
 
+    @property
+    def encoding(self) -> Encoding:
+        """The encoding of this request's dialect (its prompt writer and output reader)."""
+        return self.parse.encoding
+
     def new_parser(self, start_in: StartIn, id_factory: Callable[[], str] | None = None) -> Parser:
         """A parser for this request's output; call ids default to this API's prefix."""
         return self.parse.parser(start_in, id_factory or self.api.call_ids())
@@ -289,15 +297,16 @@ class ChatRequest:
     def output_parser(
         self, result: RenderResult, id_factory: Callable[[], str] | None = None
     ) -> OutputReader:
-        """A parser for the engine's continuation of ``result``'s prompt.
-
-        When the prompt ends inside a message the model continues (prefill, chat prefix
-        completion), the parser first reads that message's text (``result.output_prefix``)
-        and drops what it makes of it: the answer holds only what the model added.
-        """
-        start = result.output_starts_in
-        completed = calls_completed(self.new_parser(start), result.output_prefix)
-        return OutputReader(self.new_parser(start, id_factory), result, completed)
+        """A reader of the engine's continuation of ``result``'s prompt
+        (:meth:`Encoding.output_reader` with this request's tools; call ids default to this
+        API's prefix)."""
+        parse = self.parse
+        return parse.encoding.output_reader(
+            result,
+            tools=parse.tool_functions(),
+            strict=parse.strict,
+            id_factory=id_factory or self.api.call_ids(),
+        )
 
     def options(self) -> dict[str, Any]:
         """The request options in OpenAI chat-completion names (only those that apply)."""
@@ -322,95 +331,6 @@ class ChatRequest:
         if not self.render.add_generation_prompt:
             options["add_generation_prompt"] = False
         return options
-
-
-class OutputReader:
-    """A parser that has read the prompt's ``output_prefix`` first (see
-    :meth:`ChatRequest.output_parser`); ``feed`` and ``close`` are the parser's.
-
-    Text the parser held back at the end of the prefix (a trailing newline, a ``<`` that
-    might open a tag) comes out with the first events of the continuation; it is the
-    client's own text, so it is cut from them. So are the calls the prefix completes (the
-    client's own: a prefill that ends in a tool call), whose last events the parser may
-    also hold back until more text comes. A call the prefix opened and left open is the
-    model's to finish: it is started again, with the argument fragments the prefix gave
-    it, before the continuation's first events. The calls of the answer are numbered from
-    0, and it finishes ``tool_calls`` only when it holds one.
-
-    ``completed``: how many calls the prefix completes (:func:`calls_completed`).
-    """
-
-    def __init__(self, parser: Parser, result: RenderResult, completed: int) -> None:
-        self._parser = parser
-        prefix = result.output_prefix
-        events = parser.feed(prefix) if prefix else []
-        shown = "".join(e.text for e in events if isinstance(e, ContentDelta | ReasoningDelta))
-        plain_text = all(isinstance(e, ContentDelta | ReasoningDelta) for e in events)
-        self._held = prefix[len(shown) :] if plain_text and prefix.startswith(shown) else ""
-        self._completed = completed
-        #: the start and argument fragments of a call the prefix left open, still to send
-        self._reopened = [e for e in events if _call_event(e) and e.index >= completed]
-        self._called = False  # the answer holds a call (counted once the prefix has one)
-
-    @property
-    def in_call(self) -> bool:
-        """The parser's :attr:`~dsmlkit.parse.Parser.in_call`."""
-        return self._parser.in_call
-
-    def feed(self, text: str) -> list[Event]:
-        return self._own(self._cut_held(self._parser.feed(text)))
-
-    def close(self, finish_reason: str | None = None) -> list[Event]:
-        return self._own(self._cut_held(self._parser.close(finish_reason)))
-
-    def _own(self, events: list[Event]) -> list[Event]:
-        """The answer's events: the prefix's complete calls cut, the others renumbered."""
-        if self._reopened:
-            events, self._reopened = [*self._reopened, *events], []
-        if not self._completed:
-            return events  # every call the parser reports is the answer's
-        kept: list[Event] = []
-        for event in events:
-            if _call_event(event):
-                if event.index < self._completed:
-                    continue
-                self._called = True
-                event = replace(event, index=event.index - self._completed)
-            elif isinstance(event, OutputEnd) and event.finish_reason == "tool_calls":
-                event = event if self._called else OutputEnd("stop")
-            kept.append(event)
-        return kept
-
-    def _cut_held(self, events: list[Event]) -> list[Event]:
-        if not self._held:
-            return events
-        kept: list[Event] = []
-        for event in events:
-            if self._held and isinstance(event, ContentDelta | ReasoningDelta):
-                cut = len(self._held) if event.text.startswith(self._held) else 0
-                if not cut and self._held.startswith(event.text):
-                    cut = len(event.text)
-                self._held = self._held[cut:] if cut else ""
-                if cut == len(event.text):
-                    continue
-                event = type(event)(event.text[cut:])
-            elif not isinstance(event, ContentDelta | ReasoningDelta):
-                self._held = ""
-            kept.append(event)
-        return kept
-
-
-def _call_event(event: Event) -> TypeGuard[ToolCallStart | ArgumentsDelta | ToolCallEnd]:
-    return isinstance(event, ToolCallStart | ArgumentsDelta | ToolCallEnd)
-
-
-def calls_completed(parser: Parser, prefix: str) -> int:
-    """How many calls ``prefix`` completes, read to its end by a fresh ``parser`` (the calls
-    complete in order, so they are the first ones)."""
-    if not prefix:
-        return 0
-    events = parser.feed(prefix) + parser.close("stop")
-    return sum(isinstance(event, ToolCallEnd) for event in events)
 
 
 def resolve_max_tokens(

@@ -29,22 +29,14 @@ from dsmlkit.api.common import (
 from dsmlkit.api.errors import ApiError
 from dsmlkit.api.sse import SSE_DONE, TextFrames, sse_openai
 from dsmlkit.api.stream import BlockStream, Opened, TextKind, spliced
+from dsmlkit.conversation.model import CHOICE_MODES, Conversation, Tool, ToolChoice
+from dsmlkit.conversation.normalize import as_instruction, finish_conversation
+from dsmlkit.conversation.readers import read_messages, read_response_format, read_tools
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.fields import Field
 from dsmlkit.parse import ParsedMessage, ToolCall, ToolCallStart
 from dsmlkit.render import RenderCache, RenderOptions, resolve_dialect
-from dsmlkit.render.conversation import (
-    CHOICE_MODES,
-    Conversation,
-    Tool,
-    ToolChoice,
-    as_instruction,
-    read_messages,
-    read_response_format,
-    read_tools,
-)
-from dsmlkit.render.conversation import conversation as finish_conversation
 
 #: Fields accepted that change nothing in the prompt (listed in the render notes).
 IGNORED_FIELDS = ("metadata", "store", "user", "service_tier", "prompt_cache_key")
@@ -68,7 +60,7 @@ def parse_openai_request(
     """Validate a Chat Completions body and convert it; raises :class:`InvalidRequest` (400).
 
     The messages, tools and response format are the canonical form, read by
-    :mod:`dsmlkit.render.conversation` (with ``cache``, messages read before are reused),
+    :mod:`dsmlkit.conversation.readers` (with ``cache``, messages read before are reused),
     except that a ``developer`` message is OpenAI's (instructions: a system message at its
     place); this reader adds the request's own options.
     """

@@ -11,10 +11,10 @@ from dsmlkit.api.common import ChatRequest, ClientApi, ParseOptions, ReadContext
 from dsmlkit.api.openai import CHAT
 from dsmlkit.api.responses import RESPONSES
 from dsmlkit.api.seal import Sealer
+from dsmlkit.conversation.normalize import unique_tools
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.render import RenderCache, resolve_dialect
-from dsmlkit.render.conversation import unique_tools
 
 #: Every client API; the server's routes and the CLI's choices are read from here.
 APIS: tuple[ClientApi[Any], ...] = (CHAT, MESSAGES, RESPONSES)

@@ -1,8 +1,8 @@
 """OpenAI Responses API: request body → :class:`ResponsesRequest`; parser events → responses.
 
 Requests: ``input`` (a string or items: ``message``, ``reasoning``, ``function_call``,
-``function_call_output``) becomes typed :class:`~dsmlkit.render.conversation.Message` values,
-finished by the same :func:`~dsmlkit.render.conversation.conversation` step as every API:
+``function_call_output``) becomes typed :class:`~dsmlkit.conversation.Message` values,
+finished by the same :func:`~dsmlkit.conversation.normalize.finish_conversation` step as every API:
 consecutive assistant-side items (reasoning, an assistant message, function calls) are one
 assistant turn, and every output answers a call of the turn before it. So a Responses body
 holding the same conversation as a Chat Completions body renders byte-identically. Function
@@ -42,12 +42,7 @@ from dsmlkit.api.errors import ApiError
 from dsmlkit.api.seal import Sealer, SealError
 from dsmlkit.api.sse import TextFrames, json_string, sse_event
 from dsmlkit.api.stream import BlockStream, Opened, TextKind
-from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
-from dsmlkit.errors import CallerError
-from dsmlkit.fields import Field
-from dsmlkit.parse import ParsedMessage, ToolCallStart
-from dsmlkit.render import RenderOptions, resolve_dialect
-from dsmlkit.render.conversation import (
+from dsmlkit.conversation.model import (
     CHOICE_MODES,
     HistoryCall,
     ImagePart,
@@ -57,13 +52,20 @@ from dsmlkit.render.conversation import (
     TextPart,
     Tool,
     ToolChoice,
+)
+from dsmlkit.conversation.normalize import finish_conversation
+from dsmlkit.conversation.readers import (
     history_arguments,
     read_response_format,
     tool,
     tool_name,
     tool_reference,
 )
-from dsmlkit.render.conversation import conversation as finish_conversation
+from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
+from dsmlkit.errors import CallerError
+from dsmlkit.fields import Field
+from dsmlkit.parse import ParsedMessage, ToolCallStart
+from dsmlkit.render import RenderOptions, resolve_dialect
 
 #: The ``include`` entry that asks for sealed reasoning on reasoning items.
 ENCRYPTED_REASONING = "reasoning.encrypted_content"

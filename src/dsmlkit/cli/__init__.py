@@ -27,7 +27,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from dsmlkit import __version__
+from dsmlkit._version import __version__
 from dsmlkit.dialects import DIALECT_ALIASES, DIALECTS, get_dialect
 from dsmlkit.errors import CallerError
 

@@ -21,8 +21,9 @@ from dsmlkit.cli import (
     read_input,
 )
 from dsmlkit.dialects import DEFAULT_DIALECT
+from dsmlkit.encoding import Encoding
 from dsmlkit.errors import CallerError
-from dsmlkit.parse import MessageCollector, Parser, event_to_json
+from dsmlkit.parse import MessageCollector, Parser, StartIn, event_to_json
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -93,9 +94,8 @@ def _write_line(out: BinaryIO, data: Any) -> None:
 
 def _new_parser(*, dialect: str, thinking: bool, strict: bool, tools: Any) -> Parser:
     """A parser for one output; a :class:`CallerError` for a bad dialect or tool list."""
-    return Parser(
-        dialect, start_in="reasoning" if thinking else "content", strict=strict, tools=tools
-    )
+    start_in: StartIn = "reasoning" if thinking else "content"
+    return Encoding.named(dialect).parser(start_in, strict=strict, tools=tools)
 
 
 def _parse_one(

@@ -40,14 +40,13 @@ from dsmlkit.cli import (
     load_json,
     read_input,
 )
+from dsmlkit.conversation import Conversation, build_conversation
 from dsmlkit.dialects import Dialect
+from dsmlkit.encoding import Encoding
 from dsmlkit.errors import DsmlkitError, InvalidRequest, UsageError
 from dsmlkit.render import (
-    Conversation,
     RenderOptions,
     RenderResult,
-    build_conversation,
-    render_conversation,
     resolve_dialect,
     thinking_of,
 )
@@ -109,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--tokenizer needs --tokens")
         raw = read_input(args.file)
         conversation, options = _conversation(args, raw)
-        result = render_conversation(conversation, options)
+        result = Encoding(options.dialect).render(conversation, options)
         output = _token_json(result, args.tokenizer) if args.tokens else result.prompt
     except UsageError as exc:
         return fail("render", str(exc), EXIT_USAGE)

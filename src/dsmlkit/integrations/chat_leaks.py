@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dsmlkit.dialects import Dialect
+from dsmlkit.encoding import Encoding
 from dsmlkit.parse import (
     ArgumentsDelta,
     ContentDelta,
@@ -30,7 +32,7 @@ from dsmlkit.parse.parser import _default_id
 class StreamLeaks:
     """One streamed answer: each upstream ``delta`` in, the repaired ``delta`` fields out."""
 
-    def __init__(self, dialect: str, tools: Any = None) -> None:
+    def __init__(self, dialect: str | Dialect, tools: Any = None) -> None:
         self._repair = new_repair(dialect, tools)
 
     def feed(self, delta: Mapping[str, Any]) -> dict[str, Any]:
@@ -48,15 +50,15 @@ class StreamLeaks:
 class _LeakParsers:
     """Parsers for leaked text: the model's dialect, the request's tools, in content."""
 
-    def __init__(self, dialect: str, tools: Any) -> None:
-        self._dialect = dialect
+    def __init__(self, dialect: str | Dialect, tools: Any) -> None:
+        self._encoding = Encoding.named(dialect)
         self._tools = tools if isinstance(tools, list) else None
 
     def __call__(self) -> Parser:
-        return Parser(self._dialect, start_in="content", tools=self._tools)
+        return self._encoding.parser("content", tools=self._tools)
 
 
-def new_repair(dialect: str, tools: Any = None) -> ChatRepair:
+def new_repair(dialect: str | Dialect, tools: Any = None) -> ChatRepair:
     """The gateway's repair for one answer of a model in ``dialect``."""
     return ChatRepair(_LeakParsers(dialect, tools), _keep_id)
 
@@ -99,7 +101,7 @@ def delta_fields(events: Sequence[Event]) -> dict[str, Any]:
 
 
 def repair_message(
-    message: Mapping[str, Any], finish_reason: str | None, dialect: str, tools: Any = None
+    message: Mapping[str, Any], finish_reason: str | None, dialect: str | Dialect, tools: Any = None
 ) -> tuple[dict[str, Any], str]:
     """A whole answer's ``message`` repaired: (``content``, ``reasoning_content``,
     ``tool_calls`` fields, the finish reason)."""

@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from dsmlkit.dialects import ASCII_MARKER, MARKER, get_dialect
+from dsmlkit.dialects import ASCII_MARKER, DEFAULT_DIALECT, MARKER, Dialect, get_dialect
+from dsmlkit.encoding import Encoding
 from dsmlkit.integrations.split import ReasoningSplit
 from dsmlkit.parse import (
     ArgumentsDelta,
@@ -44,7 +45,7 @@ class DsmlkitDetectorMixin:
     output, so the parser it keeps between increments belongs to one output.
     """
 
-    dialect: ClassVar[str] = "v4.1"
+    dialect: ClassVar[str | Dialect] = DEFAULT_DIALECT
     #: The engine's ``ToolCallItem``, ``StreamingParseResult`` and ``StructureInfo``.
     item_type: ClassVar[Callable[..., Any]]
     result_type: ClassVar[Callable[..., Any]]
@@ -56,7 +57,7 @@ class DsmlkitDetectorMixin:
         return MARKER in text or ASCII_MARKER in text
 
     def detect_and_parse(self, text: str, tools: list[Any]) -> Any:
-        parser = Parser(self.dialect, tools=tool_dicts(tools) or None)
+        parser = Encoding.named(self.dialect).parser(tools=tool_dicts(tools) or None)
         collector = MessageCollector()
         collector.add(parser.feed(text))
         collector.add(parser.close())
@@ -69,7 +70,7 @@ class DsmlkitDetectorMixin:
 
     def parse_streaming_increment(self, new_text: str, tools: list[Any]) -> Any:
         if self._parser is None:
-            self._parser = Parser(self.dialect, tools=tool_dicts(tools) or None)
+            self._parser = Encoding.named(self.dialect).parser(tools=tool_dicts(tools) or None)
         return self._result(self._parser.feed(new_text))
 
     def finish(self, tools: list[Any]) -> Any:
@@ -119,7 +120,9 @@ class ReasoningHandOver:
     Each method returns ``(reasoning, rest)``.
     """
 
-    def __init__(self, dialect: str, *, in_reasoning: bool, stream_reasoning: bool = True):
+    def __init__(
+        self, dialect: str | Dialect, *, in_reasoning: bool, stream_reasoning: bool = True
+    ):
         self._split: ReasoningSplit | None = ReasoningSplit(dialect) if in_reasoning else None
         self._stream = stream_reasoning
         self._held: list[str] = []

@@ -21,12 +21,11 @@ from typing import Any
 from litellm.integrations.custom_logger import CustomLogger
 from litellm.types.utils import Delta, Message, ModelResponse, ModelResponseStream
 
+from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.integrations.chat_leaks import StreamLeaks, repair_message
 
-DEFAULT_DIALECT = "v4.1"
 
-
-def request_dialect(data: Mapping[str, Any]) -> str:
+def request_dialect(data: Mapping[str, Any]) -> str | Dialect:
     """The dialect the deployment serving ``data`` names in ``model_info.dsmlkit_dialect``."""
     for key in ("metadata", "litellm_metadata"):
         metadata = data.get(key)

@@ -36,7 +36,7 @@ from sglang.srt.parser.reasoning_parser import (
     StreamingParseResult as ReasoningResult,
 )
 
-from dsmlkit.dialects import THINK_CLOSE, THINK_OPEN
+from dsmlkit.dialects import DEFAULT_DIALECT, THINK_CLOSE, THINK_OPEN
 from dsmlkit.integrations.detector import DsmlkitDetectorMixin, ReasoningHandOver, tool_dicts
 from dsmlkit.integrations.engine_names import PARSER_DIALECTS, dialect_classes
 
@@ -91,7 +91,7 @@ class DsmlkitDetector(DsmlkitDetectorMixin, BaseFormatDetector):
 class DsmlkitReasoningDetector(BaseReasoningFormatDetector):
     """Reasoning up to where dsmlkit ends it; the raw rest goes on to the tool detector."""
 
-    dialect = "v4.1"
+    dialect = DEFAULT_DIALECT
 
     def __init__(
         self,

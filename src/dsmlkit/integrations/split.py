@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from dsmlkit.dialects import THINK_CLOSE
+from dsmlkit.dialects import THINK_CLOSE, Dialect
+from dsmlkit.encoding import Encoding
 from dsmlkit.errors import CallerError
-from dsmlkit.parse import Diagnostic, Event, Parser, ReasoningDelta, ReasoningEnd
+from dsmlkit.parse import Diagnostic, Event, ReasoningDelta, ReasoningEnd
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +39,8 @@ class SplitStep:
 class ReasoningSplit:
     """Reasoning up to where dsmlkit ends it, then the raw rest (one per model output)."""
 
-    def __init__(self, dialect: str, *, strict: bool = False) -> None:
-        self._parser = Parser(dialect, start_in="reasoning", strict=strict)
+    def __init__(self, dialect: str | Dialect, *, strict: bool = False) -> None:
+        self._parser = Encoding.named(dialect).parser("reasoning", strict=strict)
         self._unaccounted = ""
         self.ended = False
 

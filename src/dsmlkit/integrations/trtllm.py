@@ -39,7 +39,7 @@ from tensorrt_llm.serve.tool_parser.core_types import (
     ToolCallItem,
 )
 
-from dsmlkit.dialects import THINK_CLOSE, THINK_OPEN
+from dsmlkit.dialects import DEFAULT_DIALECT, THINK_CLOSE, THINK_OPEN
 from dsmlkit.integrations.detector import DsmlkitDetectorMixin, ReasoningHandOver
 from dsmlkit.integrations.engine_names import dialect_classes
 
@@ -106,7 +106,7 @@ def thinking_requested(chat_template_kwargs: dict[str, Any] | None) -> bool:
 class DsmlkitReasoningParser(BaseReasoningParser):
     """Reasoning up to where dsmlkit ends it; the raw rest goes on to the tool parser."""
 
-    dialect = "v4.1"
+    dialect = DEFAULT_DIALECT
     needs_raw_special_tokens = True
     reasoning_start = THINK_OPEN
     reasoning_end = THINK_CLOSE

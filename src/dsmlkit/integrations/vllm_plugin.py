@@ -44,7 +44,8 @@ from vllm.reasoning import ReasoningParser
 from vllm.sampling_params import StructuredOutputsParams
 from vllm.tool_parsers.abstract_tool_parser import ToolParser
 
-from dsmlkit.dialects import THINK_CLOSE, THINK_OPEN
+from dsmlkit.dialects import DEFAULT_DIALECT, THINK_CLOSE, THINK_OPEN
+from dsmlkit.encoding import Encoding
 from dsmlkit.integrations.engine_names import dialect_classes
 from dsmlkit.integrations.split import ReasoningSplit
 from dsmlkit.parse import (
@@ -122,7 +123,7 @@ def _think_token_ids(tokenizer: Any) -> tuple[int | None, int | None]:
 class DsmlkitReasoningParser(ReasoningParser):
     """Reasoning up to where dsmlkit ends it (``</think>`` or a call opened in reasoning)."""
 
-    dialect = "v4.1"
+    dialect = DEFAULT_DIALECT
     engine_based_streaming = True
 
     def __init__(self, tokenizer: Any, *args: Any, **kwargs: Any) -> None:
@@ -206,7 +207,7 @@ class DsmlkitReasoningParser(ReasoningParser):
         if step.after is None:
             return DeltaMessage(reasoning=step.reasoning) if step.reasoning else None
         # Reasoning ended only at the end of the output: parse the rest here.
-        rest = Parser(self.dialect)
+        rest = Encoding.named(self.dialect).parser()
         tail = _delta(rest.feed(step.after) + rest.close())
         if step.reasoning:
             tail = tail or DeltaMessage()
@@ -221,7 +222,7 @@ class DsmlkitToolParser(ParserEngineToolAdapter):
     request's ``chat_template_kwargs``; none of the engine is used.
     """
 
-    dialect = "v4.1"
+    dialect = DEFAULT_DIALECT
     engine_based_streaming = True
     # required/named choices are parsed from DSML (the structural tag makes the model
     # write DSML), not from the JSON that vLLM's generic path would constrain.
@@ -247,7 +248,7 @@ class DsmlkitToolParser(ParserEngineToolAdapter):
         tools = self._tool_dicts
         if not tools and request is not None and request.tools:
             tools = [_tool_dict(tool) for tool in request.tools]
-        return Parser(self.dialect, tools=tools or None)
+        return Encoding.named(self.dialect).parser(tools=tools or None)
 
     def adjust_request(self, request: _Request) -> _Request:
         request.skip_special_tokens = False

@@ -10,7 +10,6 @@
 
 from dsmlkit.dialects import EffortTable
 from dsmlkit.render.cache import RenderCache
-from dsmlkit.render.conversation import Conversation, build_conversation
 from dsmlkit.render.renderer import (
     MODES,
     TOOL_REFERENCE_MODES,
@@ -25,12 +24,10 @@ from dsmlkit.render.renderer import (
 __all__ = [
     "MODES",
     "TOOL_REFERENCE_MODES",
-    "Conversation",
     "EffortTable",
     "RenderCache",
     "RenderOptions",
     "RenderResult",
-    "build_conversation",
     "render",
     "render_conversation",
     "resolve_dialect",

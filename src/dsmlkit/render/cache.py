@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dsmlkit.render.conversation import Message
+    from dsmlkit.conversation.model import Message
 
 
 class RenderCache:

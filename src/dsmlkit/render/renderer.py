@@ -21,12 +21,25 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, TypeVar
 
+from dsmlkit.conversation.model import (
+    Conversation,
+    HistoryCall,
+    ImagePart,
+    Message,
+    Part,
+    TextPart,
+    Tool,
+    ToolReferencePart,
+    to_json,
+)
+from dsmlkit.conversation.readers import build_conversation
 from dsmlkit.dialects import (
     BOS,
     DEFAULT_DIALECT,
     DIALECTS,
     EOS,
     MARKER,
+    TASK_TOKENS,
     THINK_CLOSE,
     THINK_OPEN,
     Dialect,
@@ -36,25 +49,12 @@ from dsmlkit.errors import CallerError, InvalidRequest
 from dsmlkit.parse import StartIn, parse
 from dsmlkit.render.builder import Piece, PromptBuilder
 from dsmlkit.render.cache import RenderCache
-from dsmlkit.render.conversation import (
-    Conversation,
-    HistoryCall,
-    ImagePart,
-    Message,
-    Part,
-    TextPart,
-    Tool,
-    ToolReferencePart,
-    build_conversation,
-    to_json,
-)
 from dsmlkit.render.templates import (
     ASSISTANT,
     IMAGE,
     LATEST_REMINDER,
     RESPONSE_FORMAT,
     SYSTEM,
-    TASK_TOKENS,
     USER,
 )
 

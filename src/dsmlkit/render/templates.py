@@ -8,27 +8,14 @@ Every string here is what DeepSeek's encoders put in a prompt, byte for byte.
 from __future__ import annotations
 
 import re
-from types import MappingProxyType
 
-from dsmlkit.dialects import BOS, EOS, MARKER, THINK_CLOSE, THINK_OPEN
+from dsmlkit.dialects import BOS, EOS, MARKER, TASK_TOKENS, THINK_CLOSE, THINK_OPEN
 
 USER = "<｜User｜>"
 ASSISTANT = "<｜Assistant｜>"
 SYSTEM = "<｜System｜>"
 LATEST_REMINDER = "<｜latest_reminder｜>"
 IMAGE = "<｜deepseek_image｜>"
-
-#: Quick-instruction task tokens (V4 and V4.1), by the ``task`` value of a message.
-TASK_TOKENS = MappingProxyType(
-    {
-        "action": "<｜action｜>",
-        "query": "<｜query｜>",
-        "authority": "<｜authority｜>",
-        "domain": "<｜domain｜>",
-        "title": "<｜title｜>",
-        "read_url": "<｜read_url｜>",
-    }
-)
 
 #: Strings that are one special/added token when the template writes them.
 SPECIAL_TOKENS: tuple[str, ...] = (

@@ -29,10 +29,12 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import Message, Receive, Scope, Send
 
-from dsmlkit import __version__
+import dsmlkit.server.inspector as inspector
+import dsmlkit.server.local_routes as local_routes
+import dsmlkit.server.pipeline as pipeline
+from dsmlkit._version import __version__
 from dsmlkit.api.errors import ApiError, api_error
 from dsmlkit.errors import InvalidRequest
-from dsmlkit.server import inspector, local_routes, pipeline
 from dsmlkit.server.apis import api_for_path, error_response, upstream_api_error
 from dsmlkit.server.config import ServerConfig, host_name, is_loopback_name
 from dsmlkit.server.errors import UpstreamError

@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from dsmlkit.render.conversation import Message
+from dsmlkit.conversation.model import Message
 from dsmlkit.server.model_turns import MIN_CALL_ID_LENGTH
 
 #: The characters of an id every API takes as it is (Anthropic's ``tool_use`` id pattern).

@@ -73,7 +73,7 @@ class Metrics:
     """Every metric the server exports."""
 
     def __init__(self) -> None:
-        from dsmlkit import __version__
+        from dsmlkit._version import __version__
 
         disable_created_metrics()  # type: ignore[no-untyped-call]  # not annotated
         self._multiprocess = MULTIPROC_ENV in os.environ

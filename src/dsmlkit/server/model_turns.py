@@ -37,8 +37,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from dsmlkit.conversation.model import HistoryCall, Message, TextPart
+from dsmlkit.conversation.readers import history_arguments
 from dsmlkit.fields import Field
-from dsmlkit.render.conversation import HistoryCall, Message, TextPart, history_arguments
 from dsmlkit.server.state_store import CorruptEntry, load_json
 
 #: Call ids shorter than this are keyed with their conversation: an upstream that numbers

@@ -14,7 +14,6 @@ from collections.abc import Collection
 from typing import Any
 
 from dsmlkit.api import ChatRequest
-from dsmlkit.render import render_conversation
 from dsmlkit.server.offload import run_for_body
 from dsmlkit.server.state import ServedModel, ServerState
 from dsmlkit.server.upstream_kinds import Prompt, UpstreamPlan
@@ -22,7 +21,7 @@ from dsmlkit.server.upstream_kinds import Prompt, UpstreamPlan
 
 def render_prompt(state: ServerState, model: ServedModel, req: ChatRequest) -> Prompt:
     """Render and encode one typed request (CPU-bound: large ones run off the event loop)."""
-    result = render_conversation(req.conversation, req.render, state.render_cache)
+    result = req.encoding.render(req.conversation, req.render, state.render_cache)
     clamp = state.config.max_tokens_policy == "clamp"
     encoded = model.plan.encode(result)
     return Prompt(

@@ -18,8 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from dsmlkit.api.common import OutputReader
 from dsmlkit.dialects import THINK_CLOSE, Dialect
+from dsmlkit.encoding import OutputReader
 from dsmlkit.parse import Event, ReasoningEnd, ToolCallStart
 from dsmlkit.parse.chat_repair import ChatRepair
 from dsmlkit.render.builder import Piece, PromptBuilder

@@ -1,6 +1,6 @@
 """The restore stage: a request's stored state put back on its typed conversation.
 
-:func:`restore` works on the typed :class:`~dsmlkit.render.conversation.Conversation`,
+:func:`restore` works on the typed :class:`~dsmlkit.conversation.Conversation`,
 whichever API it came in (a Responses conversation includes the stored history its
 ``previous_response_id`` names, read with it: :func:`.response_store.stored_history`):
 every assistant turn with calls the gateway issued gets
@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from dsmlkit.api import ChatRequest
-from dsmlkit.render.conversation import Message
+from dsmlkit.conversation.model import Message
 from dsmlkit.server.call_ids import with_upstream_ids
 from dsmlkit.server.model_turns import Digests, ModelCall, reconcile
 from dsmlkit.server.reasoning_store import ReasoningMemory

@@ -88,7 +88,7 @@ class Tracing:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        from dsmlkit import __version__
+        from dsmlkit._version import __version__
 
         resource = Resource.create({"service.name": "dsmlkit", "service.version": __version__})
         self._provider = TracerProvider(resource=resource)
