@@ -21,6 +21,7 @@ from dsmlkit.api.sse import json_body
 from dsmlkit.dialects import Dialect
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.fields import Field
+from dsmlkit.hosted import ServerTool
 from dsmlkit.parse import (
     ArgumentsDelta,
     ContentDelta,
@@ -228,6 +229,8 @@ class ChatRequest:
     sampling fields in OpenAI names (``max_tokens``, ``temperature``, ``stop`` …).
     ``omit_reasoning``: the answer shows no reasoning text (Anthropic ``thinking.display:
     "omitted"``: thinking blocks come with an empty text and their signature).
+    ``server_tools``: the ``tools`` entries of tools a hosted endpoint runs itself, as sent
+    (:mod:`dsmlkit.hosted`); the upstream kind sends them on or refuses them.
     """
 
     api: ClientApi[Any]
@@ -241,6 +244,7 @@ class ChatRequest:
     max_tokens: int | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
     omit_reasoning: bool = False
+    server_tools: tuple[ServerTool, ...] = ()
 
     def resolved_max_tokens(
         self,

@@ -32,7 +32,8 @@ from dsmlkit.api.stream import BlockStream, Opened, TextKind, spliced
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.fields import Field
-from dsmlkit.parse import ParsedMessage, ToolCall, ToolCallStart
+from dsmlkit.hosted import read_server_tools
+from dsmlkit.parse import ParsedMessage, ToolCall, ToolCallStart, UpstreamFields
 from dsmlkit.render import RenderCache, RenderOptions, resolve_dialect
 from dsmlkit.render.conversation import (
     CHOICE_MODES,
@@ -80,7 +81,7 @@ def parse_openai_request(
     note_ignored(root, IGNORED_FIELDS, notes)
     conversation = finish_conversation(
         [as_instruction(message) for message in read_messages(root["messages"], notes, cache)],
-        read_tools(root["tools"]),
+        read_tools(root["tools"], hosted=True),
         read_response_format(root["response_format"]),
         notes,
         _tool_choice(root["tool_choice"]),
@@ -112,6 +113,7 @@ def parse_openai_request(
         include_usage=include_usage,
         max_tokens=_max_tokens(root),
         sampling=_sampling(root),
+        server_tools=read_server_tools(root["tools"]),
     )
 
 
@@ -206,6 +208,7 @@ def openai_response(
         message["reasoning_content"] = msg.reasoning
     if msg.calls:
         message["tool_calls"] = [_tool_call(call) for call in msg.calls]
+    message.update(msg.upstream_fields)
     body: dict[str, Any] = {
         "id": id,
         "object": "chat.completion",
@@ -301,6 +304,10 @@ class _ChatBlocks:
     def close(self, completed: bool) -> list[dict[str, Any]]:
         return []
 
+    def fields(self, event: UpstreamFields) -> list[dict[str, Any]]:
+        """One chunk whose delta holds the fields as the upstream sent them."""
+        return [self._chunk(dict(event.fields))]
+
     def sse(self, frame: dict[str, Any]) -> str:
         return sse_openai(frame)
 
@@ -336,7 +343,7 @@ class ChatApi(ClientApi[ChatRequest]):
         return parse_openai_request(body, dialect=context.dialect, cache=context.cache)
 
     def read_tools(self, tools: Any) -> tuple[Tool, ...]:
-        return tuple(read_tools(Field(tools, "tools")))
+        return tuple(read_tools(Field(tools, "tools"), hosted=True))
 
     def respond(
         self, msg: ParsedMessage, model: str, answer: Answer, req: ChatRequest | None

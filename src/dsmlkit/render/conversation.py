@@ -33,6 +33,7 @@ from typing import Any, Literal, TypeAlias
 
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.fields import MISSING, Field
+from dsmlkit.hosted import is_server_tool
 from dsmlkit.render.cache import RenderCache
 from dsmlkit.render.templates import TASK_TOKENS
 
@@ -159,6 +160,8 @@ class Message:
     form the reader was asked to verify and could not (an Anthropic thinking block without
     a valid signature, a sealed Responses token that did not open); ``reasoning_sealed``
     when it came sealed and opened (a client that sent a token need not be shown its text).
+    ``passthrough``: the fields of an assistant message that nothing here reads (the blocks
+    a hosted endpoint's server tools returned, which go back to it unchanged), as sent.
     """
 
     param: str
@@ -178,6 +181,7 @@ class Message:
     id_param: str | None = None
     reasoning_trusted: bool = True
     reasoning_sealed: bool = False
+    passthrough: Mapping[str, Any] | None = None
 
     def text(self) -> str:
         """The text parts joined with blank lines (for roles that hold text only)."""
@@ -196,6 +200,8 @@ class Message:
                 chat["tool_calls"] = [_call_to_chat(call) for call in self.tool_calls]
             if self.prefix:
                 chat["prefix"] = True
+            if self.passthrough:
+                chat.update(self.passthrough)
         elif self.role == "tool":
             chat["tool_call_id"] = self.tool_call_id
             chat["content"] = self.text() if self.plain else _parts_to_chat(self.parts) or ""
@@ -412,6 +418,7 @@ def _merge_assistants(messages: Sequence[Message]) -> list[Message]:
             prefix=message.prefix,
             reasoning_trusted=previous.reasoning_trusted and message.reasoning_trusted,
             reasoning_sealed=previous.reasoning_sealed or message.reasoning_sealed,
+            passthrough={**(previous.passthrough or {}), **(message.passthrough or {})} or None,
         )
     return merged
 
@@ -616,6 +623,17 @@ def _usual_message(key: tuple[Any, ...], notes: list[str]) -> Message:
 _RARE_FIELDS = frozenset(
     ("tools", "response_format", "task", "prefix", "is_error", "wo_eos", "name")
 )
+#: Every field an assistant message is read from or ignores (the reference encoders'
+#: ``mask``); the others are its ``passthrough``.
+_ASSISTANT_FIELDS = _RARE_FIELDS | {
+    "mask",
+    "role",
+    "content",
+    "reasoning_content",
+    "reasoning",
+    "tool_calls",
+    "tool_call_id",
+}
 
 
 def _message(field: Field, notes: list[str]) -> Message:
@@ -650,14 +668,25 @@ def _message(field: Field, notes: list[str]) -> Message:
         raise field["prefix"].error("prefix belongs on an assistant message")
     reasoning: str | None = None
     tool_calls: tuple[HistoryCall, ...] = ()
+    passthrough = None
     if role == "assistant":
         key = "reasoning_content" if raw.get("reasoning_content") is not None else "reasoning"
         reasoning = field[key].optional_string()
         tool_calls = _history_calls(field["tool_calls"], notes)
+        passthrough = {k: v for k, v in raw.items() if k not in _ASSISTANT_FIELDS} or None
     tool_call_id = field["tool_call_id"].optional_string() or None
     plain = isinstance(content.value, str)
     if not rare:
-        return Message(where, role, parts, reasoning, tool_calls, tool_call_id, plain=plain)
+        return Message(
+            where,
+            role,
+            parts,
+            reasoning,
+            tool_calls,
+            tool_call_id,
+            plain=plain,
+            passthrough=passthrough,
+        )
     return Message(
         where,
         role,
@@ -675,6 +704,7 @@ def _message(field: Field, notes: list[str]) -> Message:
         name=field["name"].optional_string() if "name" in rare and role != "tool" else None,
         plain=plain,
         prefix=prefix,
+        passthrough=passthrough,
     )
 
 
@@ -829,8 +859,12 @@ def tool(function: Mapping[str, Any], deferred: bool, name_param: str) -> Tool:
     return Tool(name, function, deferred, name_param)
 
 
-def read_tools(field: Field) -> tuple[Tool, ...]:
-    """OpenAI-style tools; ``defer_loading`` may sit beside ``function`` or inside it."""
+def read_tools(field: Field, *, hosted: bool = False) -> tuple[Tool, ...]:
+    """OpenAI-style tools; ``defer_loading`` may sit beside ``function`` or inside it.
+
+    ``hosted``: a request's ``tools``, whose entries for a hosted endpoint's server tools
+    are left to :func:`dsmlkit.hosted.read_server_tools` (elsewhere they are refused).
+    """
     if not field.present:
         return ()
     if not isinstance(field.value, list):
@@ -839,6 +873,8 @@ def read_tools(field: Field) -> tuple[Tool, ...]:
     tools = []
     for item in field.array():
         raw = item.value
+        if hosted and is_server_tool(raw):
+            continue
         if not _is_object(raw):
             raise item.error(expected)
         if raw.get("type", "function") != "function":
