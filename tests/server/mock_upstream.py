@@ -8,6 +8,7 @@ raw (status, headers, undecoded body).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -54,3 +55,38 @@ def mock_upstream(handler: Handler) -> Iterator[str]:
     """Serve ``handler`` on 127.0.0.1 and yield its base URL."""
     with serve_in_thread(_HandlerApp(handler)) as url:
         yield url
+
+
+class ScriptedChat:
+    """A hosted ``/v1/chat/completions`` as a :data:`Handler`: each request is answered with
+    the next SSE body of the script (:meth:`play`), the last one again once it runs out,
+    and its JSON body is kept in ``bodies`` as the upstream got it."""
+
+    def __init__(self) -> None:
+        self.bodies: list[Any] = []
+        self._script: list[bytes] = []
+
+    def play(self, *streams: bytes) -> None:
+        """Answer the next requests with ``streams``; forget the bodies got so far."""
+        self._script = list(streams)
+        self.bodies = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.bodies.append(json.loads(request.content))
+        stream = self._script[min(len(self.bodies), len(self._script)) - 1]
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, content=stream)
+
+
+def chat_stream(*deltas: dict[str, Any], finish: str = "stop") -> bytes:
+    """The SSE body of a streamed chat completion: one chunk per delta, a finish chunk, a
+    usage chunk and ``[DONE]``."""
+    head = {"id": "chatcmpl-up", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    chunks = [
+        {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        for delta in deltas
+    ]
+    chunks.append({**head, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    usage = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+    chunks.append({**head, "choices": [], "usage": usage})
+    frames = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks]
+    return ("".join(frames) + "data: [DONE]\n\n").encode()

@@ -38,16 +38,18 @@ from dsmlkit.conversation.model import (
     ImagePart,
     Message,
     Part,
+    Role,
     TextPart,
     Tool,
     ToolChoice,
 )
 from dsmlkit.conversation.normalize import finish_conversation
 from dsmlkit.conversation.readers import check_call_ids, tool, tool_name, tool_reference
+from dsmlkit.conversation.server_tools import is_server_tool, read_server_tools
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.fields import Field
-from dsmlkit.parse import FinishReason, ParsedMessage, ToolCall, ToolCallStart
+from dsmlkit.parse import FinishReason, ParsedMessage, ToolCall, ToolCallStart, UpstreamFields
 from dsmlkit.render import RenderOptions, resolve_dialect
 
 #: Signature on thinking blocks when no signer is given (the gateway signs its own).
@@ -56,6 +58,11 @@ THINKING_SIGNATURE = "dsmlkit-unsigned"
 BILLING_HEADER = "x-anthropic-billing-header"
 #: Fields accepted that change nothing in the prompt (listed in the render notes).
 IGNORED_FIELDS = ("metadata", "context_management", "service_tier", "cache_control")
+
+#: The roles besides ``user`` and ``assistant`` of messages that hold text only: ``system``
+#: and DeepSeek's ``latest_reminder`` (the user's date, place, platform and language, put
+#: directly before the user message it belongs to; written after ``<｜latest_reminder｜>``).
+_TEXT_ROLES: dict[str, Role] = {"system": "system", "latest_reminder": "latest_reminder"}
 
 STOP_REASONS: dict[FinishReason, str] = {
     "tool_calls": "tool_use",
@@ -130,6 +137,7 @@ def parse_anthropic_request(
         max_tokens=max_tokens,
         sampling=sampling,
         omit_reasoning=omitted,
+        server_tools=read_server_tools(root["tools"]),
     )
 
 
@@ -223,11 +231,11 @@ class _Conversation:
             raise field.error("must hold at least one message")
         messages: list[Message] = []
         for item in items:
-            role = item["role"].choice(("user", "assistant", "system"))
+            role = item["role"].choice(("user", "assistant", *_TEXT_ROLES))
             content = item["content"]
-            if role == "system":
-                text = self.system_text(content)
-                messages.append(Message(item.path, "system", (TextPart(text),), plain=True))
+            if role in _TEXT_ROLES:
+                text = (TextPart(self.system_text(content)),)
+                messages.append(Message(item.path, _TEXT_ROLES[role], text, plain=True))
             elif role == "assistant":
                 messages.append(self._assistant(item.path, content))
             else:
@@ -362,7 +370,9 @@ class _Conversation:
 def read_anthropic_tools(
     field: Field, notes: list[str], cached: list[str] | None = None
 ) -> tuple[list[Tool], set[str]]:
-    """Custom tools as typed tools; server tools are dropped (their names returned).
+    """Custom tools as typed tools; server tools are not (their names returned): a hosted
+    endpoint's are carried by
+    :func:`~dsmlkit.conversation.server_tools.read_server_tools`, others dropped.
 
     The paths of tools carrying ``cache_control`` are added to ``cached``.
     """
@@ -377,7 +387,10 @@ def read_anthropic_tools(
         if kind != "custom":
             name = item["name"].value if isinstance(item["name"].value, str) else kind
             server_tools.add(name)
-            notes.append(f"{item.path}: dropped server tool {name!r} ({kind}); dsmlkit runs none")
+            if not is_server_tool(item.value):  # else carried (dsmlkit.conversation.server_tools)
+                notes.append(
+                    f"{item.path}: dropped server tool {name!r} ({kind}); dsmlkit runs none"
+                )
             continue
         function: dict[str, Any] = {"name": item["name"].value}
         if item["description"].present:
@@ -638,6 +651,11 @@ class _MessagesBlocks:
 
     def open_call(self, start: ToolCallStart) -> Opened[StreamEvent]:
         return self._opened("tool_use", {"id": start.id, "name": start.name, "input": {}})
+
+    def fields(self, event: UpstreamFields) -> list[StreamEvent]:
+        """A Messages answer has no place for a chat upstream's own fields (the chat kind
+        passes them on to Chat Completions clients only)."""
+        return []
 
     def close(self, completed: bool) -> list[StreamEvent]:
         if self._open is None:

@@ -19,6 +19,7 @@ from dsmlkit.api.errors import ApiError, openai_error_body
 from dsmlkit.api.seal import Sealer
 from dsmlkit.api.sse import json_body
 from dsmlkit.conversation.model import Conversation, Tool
+from dsmlkit.conversation.server_tools import ServerTool
 from dsmlkit.dialects import Dialect
 from dsmlkit.encoding import Encoding, OutputReader
 from dsmlkit.errors import InvalidRequest
@@ -231,6 +232,8 @@ class ChatRequest:
     sampling fields in OpenAI names (``max_tokens``, ``temperature``, ``stop`` …).
     ``omit_reasoning``: the answer shows no reasoning text (Anthropic ``thinking.display:
     "omitted"``: thinking blocks come with an empty text and their signature).
+    ``server_tools``: the ``tools`` entries of tools a hosted endpoint runs itself, as sent
+    (:mod:`dsmlkit.conversation.server_tools`); the upstream kind sends them on or refuses them.
     """
 
     api: ClientApi[Any]
@@ -244,6 +247,7 @@ class ChatRequest:
     max_tokens: int | None = None
     sampling: Mapping[str, Any] = field(default_factory=dict)
     omit_reasoning: bool = False
+    server_tools: tuple[ServerTool, ...] = ()
 
     def resolved_max_tokens(
         self,

@@ -32,10 +32,11 @@ from dsmlkit.api.stream import BlockStream, Opened, TextKind, spliced
 from dsmlkit.conversation.model import CHOICE_MODES, Conversation, Tool, ToolChoice
 from dsmlkit.conversation.normalize import as_instruction, finish_conversation
 from dsmlkit.conversation.readers import read_messages, read_response_format, read_tools
+from dsmlkit.conversation.server_tools import read_server_tools
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.fields import Field
-from dsmlkit.parse import ParsedMessage, ToolCall, ToolCallStart
+from dsmlkit.parse import ParsedMessage, ToolCall, ToolCallStart, UpstreamFields
 from dsmlkit.render import RenderCache, RenderOptions, resolve_dialect
 
 #: Fields accepted that change nothing in the prompt (listed in the render notes).
@@ -72,7 +73,7 @@ def parse_openai_request(
     note_ignored(root, IGNORED_FIELDS, notes)
     conversation = finish_conversation(
         [as_instruction(message) for message in read_messages(root["messages"], notes, cache)],
-        read_tools(root["tools"]),
+        read_tools(root["tools"], hosted=True),
         read_response_format(root["response_format"]),
         notes,
         _tool_choice(root["tool_choice"]),
@@ -104,6 +105,7 @@ def parse_openai_request(
         include_usage=include_usage,
         max_tokens=_max_tokens(root),
         sampling=_sampling(root),
+        server_tools=read_server_tools(root["tools"]),
     )
 
 
@@ -198,6 +200,7 @@ def openai_response(
         message["reasoning_content"] = msg.reasoning
     if msg.calls:
         message["tool_calls"] = [_tool_call(call) for call in msg.calls]
+    message.update(msg.upstream_fields)
     body: dict[str, Any] = {
         "id": id,
         "object": "chat.completion",
@@ -293,6 +296,10 @@ class _ChatBlocks:
     def close(self, completed: bool) -> list[dict[str, Any]]:
         return []
 
+    def fields(self, event: UpstreamFields) -> list[dict[str, Any]]:
+        """One chunk whose delta holds the fields as the upstream sent them."""
+        return [self._chunk(dict(event.fields))]
+
     def sse(self, frame: dict[str, Any]) -> str:
         return sse_openai(frame)
 
@@ -328,7 +335,7 @@ class ChatApi(ClientApi[ChatRequest]):
         return parse_openai_request(body, dialect=context.dialect, cache=context.cache)
 
     def read_tools(self, tools: Any) -> tuple[Tool, ...]:
-        return tuple(read_tools(Field(tools, "tools")))
+        return tuple(read_tools(Field(tools, "tools"), hosted=True))
 
     def respond(
         self, msg: ParsedMessage, model: str, answer: Answer, req: ChatRequest | None

@@ -73,11 +73,12 @@ def call_id_factory(api: ApiRef, token: Callable[[], str] | None = None) -> Call
 
 
 def convert_output(req: ChatRequest) -> dict[str, Any]:
-    """What ``dsmlkit convert`` prints: ``{"messages", "tools", "options"}``."""
+    """What ``dsmlkit convert`` prints: ``{"messages", "tools", "options"}``; the tools a
+    hosted endpoint runs come after the others, each entry as sent."""
     conversation = req.conversation
     return {
         "messages": conversation.chat_messages(),
-        "tools": conversation.chat_tools(),
+        "tools": conversation.chat_tools() + [dict(tool.entry) for tool in req.server_tools],
         "options": req.options(),
     }
 

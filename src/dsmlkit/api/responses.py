@@ -61,10 +61,11 @@ from dsmlkit.conversation.readers import (
     tool_name,
     tool_reference,
 )
+from dsmlkit.conversation.server_tools import is_server_tool, read_server_tools
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.fields import Field
-from dsmlkit.parse import ParsedMessage, ToolCallStart
+from dsmlkit.parse import ParsedMessage, ToolCallStart, UpstreamFields
 from dsmlkit.render import RenderOptions, resolve_dialect
 
 #: The ``include`` entry that asks for sealed reasoning on reasoning items.
@@ -215,6 +216,7 @@ def parse_responses_request(
         include_usage=True,
         max_tokens=max_tokens,
         sampling=sampling,
+        server_tools=read_server_tools(root["tools"]),
         responses=options,
     )
 
@@ -301,6 +303,12 @@ class _Input:
         return messages
 
     def _message(self, item: Field) -> list[Message]:
+        if item["role"].value == "latest_reminder":
+            raise item["role"].error(
+                "latest_reminder is not a Responses role (DeepSeek's Responses API refuses it "
+                "too); send it in a Chat Completions or Messages request, as a message directly "
+                "before the user message it belongs to"
+            )
         role = _MESSAGE_ROLES[item["role"].choice(_MESSAGE_ROLES)]
         content = item["content"]
         plain = isinstance(content.value, str)
@@ -398,7 +406,9 @@ def read_responses_tools(
                 qualified = qualified_name(space, name)
                 tools.append(_function(inner, qualified))
                 namespaces[qualified] = (space, name)
-        else:
+        elif not is_server_tool(
+            item.value
+        ):  # a hosted endpoint's: carried (dsmlkit.conversation.server_tools)
             name = item["name"].value if isinstance(item["name"].value, str) else kind
             notes.append(f"{item.path}: dropped server tool {name!r} ({kind}); dsmlkit runs none")
     return tools, namespaces
@@ -764,6 +774,11 @@ class _OutputItems:
         item_id = self.items.item_id("fc")
         call = self.items.function_call(item_id, start.id, start.name, "", "in_progress")
         return self._opened(call)
+
+    def fields(self, event: UpstreamFields) -> list[StreamEvent]:
+        """A Responses answer has no place for a chat upstream's own fields (the chat kind
+        passes them on to Chat Completions clients only)."""
+        return []
 
     def close(self, completed: bool) -> list[StreamEvent]:
         """``….done`` events for the open item, which then joins the finished ones.

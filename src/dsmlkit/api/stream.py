@@ -13,6 +13,7 @@ empty ones dropped), one event at a time, and decides every step once, for all t
   text or reasoning block, then the delta;
 - ``ToolCallStart``: close the open block, open the call's block;
 - ``ReasoningEnd``: close the open block; ``ToolCallEnd``: close it, the call completed;
+- ``UpstreamFields``: the API's frame for them, the open block left open;
 - anything else: nothing written.
 
 Every event but a text delta also goes to the outline (a
@@ -50,6 +51,7 @@ from dsmlkit.parse import (
     ReasoningEnd,
     ToolCallEnd,
     ToolCallStart,
+    UpstreamFields,
 )
 
 Frame = TypeVar("Frame")
@@ -85,6 +87,9 @@ class Blocks(Protocol[Frame]):
 
     def close(self, completed: bool) -> list[Frame]:
         """Close the open block, if any (``completed``: the call got its ``ToolCallEnd``)."""
+
+    def fields(self, event: UpstreamFields) -> list[Frame]:
+        """Frames for an upstream's own message fields (an API with no place: none)."""
 
     def sse(self, frame: Frame) -> str:
         """One start or stop frame as SSE text."""
@@ -176,6 +181,8 @@ class BlockStream(Generic[Frame]):
             return self._render(self._close(), form)
         if isinstance(event, ToolCallEnd):
             return self._render(self._close(completed=True), form)
+        if isinstance(event, UpstreamFields):
+            return self._render(self._blocks.fields(event), form)
         return []
 
     def _open(self, opened: Opened[Frame], continued_by: type[_TextEvent], form: int) -> list[Any]:

@@ -126,6 +126,8 @@ class Message:
     form the reader was asked to verify and could not (an Anthropic thinking block without
     a valid signature, a sealed Responses token that did not open); ``reasoning_sealed``
     when it came sealed and opened (a client that sent a token need not be shown its text).
+    ``passthrough``: the fields of an assistant message that nothing here reads (the blocks
+    a hosted endpoint's server tools returned, which go back to it unchanged), as sent.
     """
 
     param: str
@@ -145,6 +147,7 @@ class Message:
     id_param: str | None = None
     reasoning_trusted: bool = True
     reasoning_sealed: bool = False
+    passthrough: Mapping[str, Any] | None = None
 
     def text(self) -> str:
         """The text parts joined with blank lines (for roles that hold text only)."""
@@ -163,6 +166,8 @@ class Message:
                 chat["tool_calls"] = [_call_to_chat(call) for call in self.tool_calls]
             if self.prefix:
                 chat["prefix"] = True
+            if self.passthrough:
+                chat.update(self.passthrough)
         elif self.role == "tool":
             chat["tool_call_id"] = self.tool_call_id
             chat["content"] = self.text() if self.plain else _parts_to_chat(self.parts) or ""

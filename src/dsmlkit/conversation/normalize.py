@@ -108,6 +108,7 @@ def _merge_assistants(messages: Sequence[Message]) -> list[Message]:
             prefix=message.prefix,
             reasoning_trusted=previous.reasoning_trusted and message.reasoning_trusted,
             reasoning_sealed=previous.reasoning_sealed or message.reasoning_sealed,
+            passthrough={**(previous.passthrough or {}), **(message.passthrough or {})} or None,
         )
     return merged
 

@@ -35,6 +35,7 @@ from dsmlkit.conversation.model import (
     ToolReferencePart,
 )
 from dsmlkit.conversation.normalize import finish_conversation
+from dsmlkit.conversation.server_tools import is_server_tool
 from dsmlkit.dialects import TASK_TOKENS
 from dsmlkit.fields import MISSING, Field
 
@@ -194,6 +195,17 @@ def _usual_message(key: tuple[Any, ...], notes: list[str]) -> Message:
 _RARE_FIELDS = frozenset(
     ("tools", "response_format", "task", "prefix", "is_error", "wo_eos", "name")
 )
+#: Every field an assistant message is read from or ignores (the reference encoders'
+#: ``mask``); the others are its ``passthrough``.
+_ASSISTANT_FIELDS = _RARE_FIELDS | {
+    "mask",
+    "role",
+    "content",
+    "reasoning_content",
+    "reasoning",
+    "tool_calls",
+    "tool_call_id",
+}
 
 
 def _message(field: Field, notes: list[str]) -> Message:
@@ -228,14 +240,25 @@ def _message(field: Field, notes: list[str]) -> Message:
         raise field["prefix"].error("prefix belongs on an assistant message")
     reasoning: str | None = None
     tool_calls: tuple[HistoryCall, ...] = ()
+    passthrough = None
     if role == "assistant":
         key = "reasoning_content" if raw.get("reasoning_content") is not None else "reasoning"
         reasoning = field[key].optional_string()
         tool_calls = _history_calls(field["tool_calls"], notes)
+        passthrough = {k: v for k, v in raw.items() if k not in _ASSISTANT_FIELDS} or None
     tool_call_id = field["tool_call_id"].optional_string() or None
     plain = isinstance(content.value, str)
     if not rare:
-        return Message(where, role, parts, reasoning, tool_calls, tool_call_id, plain=plain)
+        return Message(
+            where,
+            role,
+            parts,
+            reasoning,
+            tool_calls,
+            tool_call_id,
+            plain=plain,
+            passthrough=passthrough,
+        )
     return Message(
         where,
         role,
@@ -253,6 +276,7 @@ def _message(field: Field, notes: list[str]) -> Message:
         name=field["name"].optional_string() if "name" in rare and role != "tool" else None,
         plain=plain,
         prefix=prefix,
+        passthrough=passthrough,
     )
 
 
@@ -407,8 +431,13 @@ def tool(function: Mapping[str, Any], deferred: bool, name_param: str) -> Tool:
     return Tool(name, function, deferred, name_param)
 
 
-def read_tools(field: Field) -> tuple[Tool, ...]:
-    """OpenAI-style tools; ``defer_loading`` may sit beside ``function`` or inside it."""
+def read_tools(field: Field, *, hosted: bool = False) -> tuple[Tool, ...]:
+    """OpenAI-style tools; ``defer_loading`` may sit beside ``function`` or inside it.
+
+    ``hosted``: a request's ``tools``, whose entries for a hosted endpoint's server tools
+    are left to :func:`~dsmlkit.conversation.server_tools.read_server_tools` (elsewhere
+    they are refused).
+    """
     if not field.present:
         return ()
     if not isinstance(field.value, list):
@@ -417,6 +446,8 @@ def read_tools(field: Field) -> tuple[Tool, ...]:
     tools = []
     for item in field.array():
         raw = item.value
+        if hosted and is_server_tool(raw):
+            continue
         if not _is_object(raw):
             raise item.error(expected)
         if raw.get("type", "function") != "function":

@@ -14,6 +14,7 @@ from dsmlkit.parse.events import (
     ToolCall,
     ToolCallEnd,
     ToolCallStart,
+    UpstreamFields,
     event_to_json,
 )
 from dsmlkit.parse.parser import Parser, StartIn, parse
@@ -34,6 +35,7 @@ __all__ = [
     "ToolCall",
     "ToolCallEnd",
     "ToolCallStart",
+    "UpstreamFields",
     "event_to_json",
     "parse",
 ]

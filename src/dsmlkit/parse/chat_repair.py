@@ -7,6 +7,11 @@ endpoint's proper ``tool_calls`` as they are (under the ids the client is to see
 merges the three into one event stream of
 the shape :mod:`dsmlkit.parse.events` describes: calls numbered 0, 1, 2… in the order they
 open, never interleaved (a call from one source waits while another source's call is open).
+
+A delta's other fields (a hosted endpoint's own, such as the blocks its server tools
+return) are not read: with ``pass_fields`` they come out as they came, in one
+:class:`~dsmlkit.parse.UpstreamFields` per delta that has any (fields whose value is null
+carry nothing and are skipped); without, they are left out.
 """
 
 from __future__ import annotations
@@ -29,7 +34,11 @@ from dsmlkit.parse import (
     ReasoningEnd,
     ToolCallEnd,
     ToolCallStart,
+    UpstreamFields,
 )
+
+#: The fields of a chat-completion delta that are read here.
+READ_FIELDS = frozenset(("role", "content", "reasoning_content", "reasoning", "tool_calls"))
 
 Source = Literal["content", "reasoning", "upstream"]
 _CALL_EVENTS = (ToolCallStart, ArgumentsDelta, ToolCallEnd)
@@ -52,11 +61,19 @@ class ChatRepair:
     ``new_parser`` makes a parser for leaked text (the request's dialect and tools,
     ``start_in="content"``); ``client_id`` gives the id the client sees for an upstream
     call's id (``""`` when the upstream gave none; see :class:`dsmlkit.server.call_ids.AnswerIds`).
+    ``pass_fields``: a delta's fields not read here go on (see the module's docstring).
     """
 
-    def __init__(self, new_parser: Callable[[], Parser], client_id: Callable[[str], str]) -> None:
+    def __init__(
+        self,
+        new_parser: Callable[[], Parser],
+        client_id: Callable[[str], str],
+        *,
+        pass_fields: bool = False,
+    ) -> None:
         self._parsers: dict[Source, Parser] = {"content": new_parser(), "reasoning": new_parser()}
         self._client_id = client_id
+        self._pass_fields = pass_fields
         self._upstream_calls: dict[int, _UpstreamCall] = {}
         self._current: _UpstreamCall | None = None
         self._queues: dict[Source, deque[Event]] = {
@@ -82,6 +99,10 @@ class ChatRepair:
             if isinstance(item, Mapping):
                 self._upstream_delta(item)
         self._drain()
+        if self._pass_fields:
+            other = {k: v for k, v in delta.items() if k not in READ_FIELDS and v is not None}
+            if other:
+                self._out.append(UpstreamFields(other))
         return self._take()
 
     def close(self, upstream_finish: str | None) -> list[Event]:

@@ -4,7 +4,7 @@ Events are small frozen dataclasses. A stream of events for one model output alw
 this shape (``*`` = any number, ``?`` = at most one)::
 
     (ContentDelta | ReasoningDelta | ReasoningEnd | ToolCallStart | ArgumentsDelta
-     | ToolCallEnd | Diagnostic)*  OutputEnd
+     | ToolCallEnd | Diagnostic | UpstreamFields)*  OutputEnd
 
 * ``ReasoningEnd`` comes at most once, after the last ``ReasoningDelta``.
 * Every ``ToolCallStart(index=i)`` precedes that call's ``ArgumentsDelta(index=i)``
@@ -14,10 +14,13 @@ this shape (``*`` = any number, ``?`` = at most one)::
   started but never completed (output cut off) gets no ``ToolCallEnd``; a
   ``Diagnostic(kind="truncated_call")`` reports it and the finish reason is ``length``.
 * ``OutputEnd`` is always last, once, emitted by ``close()``.
+* ``UpstreamFields`` never comes from the parser: a hosted chat endpoint's own message
+  fields, passed on by :class:`~dsmlkit.parse.chat_repair.ChatRepair` when asked to.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
@@ -87,6 +90,14 @@ class Diagnostic:
 
 
 @dataclass(frozen=True, slots=True)
+class UpstreamFields:
+    """Fields of a hosted endpoint's message delta that nothing here reads (the blocks its
+    server tools return), each value the parsed JSON as it came, for the client."""
+
+    fields: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class OutputEnd:
     """The output is over; ``finish_reason`` is what an API should report."""
 
@@ -101,6 +112,7 @@ Event = (
     | ArgumentsDelta
     | ToolCallEnd
     | Diagnostic
+    | UpstreamFields
     | OutputEnd
 )
 
@@ -124,6 +136,8 @@ class ParsedMessage:
     calls: tuple[ToolCall, ...]
     diagnostics: tuple[Diagnostic, ...]
     finish_reason: FinishReason
+    #: The upstream's own message fields (:class:`UpstreamFields`), joined over the stream.
+    upstream_fields: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The shape ``dsmlkit parse`` prints."""
@@ -146,6 +160,7 @@ _EVENT_TYPES: dict[type, str] = {
     ArgumentsDelta: "arguments",
     ToolCallEnd: "tool_call_end",
     Diagnostic: "diagnostic",
+    UpstreamFields: "upstream_fields",
     OutputEnd: "output_end",
 }
 
@@ -166,6 +181,7 @@ class MessageCollector:
         self._reasoning: list[str] = []
         self._calls: list[ToolCall] = []
         self._diagnostics: list[Diagnostic] = []
+        self._fields: dict[str, Any] = {}
         self._finish: FinishReason | None = None
 
     def add(self, events: list[Event]) -> None:
@@ -183,8 +199,21 @@ class MessageCollector:
                 )
             elif isinstance(event, Diagnostic):
                 self._diagnostics.append(event)
+            elif isinstance(event, UpstreamFields):
+                self._join(event.fields)
             elif isinstance(event, OutputEnd):
                 self._finish = event.finish_reason
+
+    def _join(self, fields: Mapping[str, Any]) -> None:
+        """A field seen before is continued as a stream continues ``content``: strings and
+        lists are joined; any other value replaces the earlier one."""
+        for name, value in fields.items():
+            before = self._fields.get(name)
+            if isinstance(before, str) and isinstance(value, str):
+                value = before + value
+            elif isinstance(before, list) and isinstance(value, list):
+                value = [*before, *value]
+            self._fields[name] = value
 
     def message(self) -> ParsedMessage:
         """The collected message; call after the parser's ``close()`` events were added."""
@@ -196,4 +225,5 @@ class MessageCollector:
             calls=tuple(self._calls),
             diagnostics=tuple(self._diagnostics),
             finish_reason=self._finish,
+            upstream_fields=self._fields,
         )

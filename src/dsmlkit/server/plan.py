@@ -20,7 +20,11 @@ from dsmlkit.server.upstream_kinds import Prompt, UpstreamPlan
 
 
 def render_prompt(state: ServerState, model: ServedModel, req: ChatRequest) -> Prompt:
-    """Render and encode one typed request (CPU-bound: large ones run off the event loop)."""
+    """Render and encode one typed request (CPU-bound: large ones run off the event loop);
+    a tool the hosted endpoint runs (:mod:`dsmlkit.conversation.server_tools`) is refused,
+    as no prompt can hold it."""
+    if req.server_tools:
+        raise req.server_tools[0].not_rendered()
     result = req.encoding.render(req.conversation, req.render, state.render_cache)
     clamp = state.config.max_tokens_policy == "clamp"
     encoded = model.plan.encode(result)

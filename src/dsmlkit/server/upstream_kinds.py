@@ -253,7 +253,13 @@ class CompletionsBodies:
 class Chat(UpstreamKind):
     """A hosted ``/v1/chat/completions``: a Chat Completions body as it came (its messages
     those of the typed conversation when state was put back into it), any other converted.
-    The answer's calls get ids unique in the conversation (:class:`.call_ids.AnswerIds`)."""
+    The answer's calls get ids unique in the conversation (:class:`.call_ids.AnswerIds`).
+
+    A hosted endpoint's server tools (:mod:`dsmlkit.conversation.server_tools`) go on in the
+    body as sent, and
+    the message fields it returns for them reach a Chat Completions client as they came
+    (:class:`~dsmlkit.parse.UpstreamFields`); another API's answer has no place for them,
+    so its request is refused."""
 
     name = "chat"
     route = "/chat/completions"
@@ -264,6 +270,8 @@ class Chat(UpstreamKind):
 
     async def plan(self, inputs: PlanInputs) -> UpstreamPlan:
         req = inputs.req
+        if req.server_tools and not req.api.chat_form:
+            raise req.server_tools[0].not_representable(req.api.name, "Chat Completions")
         if req.api.chat_form:
             upstream_body = dict(inputs.body)
             if inputs.put_back:
@@ -274,7 +282,10 @@ class Chat(UpstreamKind):
         if inputs.engine_model is not None:
             upstream_body["model"] = inputs.engine_model
         ids = AnswerIds(req.api.call_ids(), inputs.call_ids)
-        reader = ChatReader(ChatRepair(partial(req.new_parser, "content"), ids.client_id), ids)
+        repair = ChatRepair(
+            partial(req.new_parser, "content"), ids.client_id, pass_fields=req.api.chat_form
+        )
+        reader = ChatReader(repair, ids)
         fallback = chat_fallback_body(req, upstream_body)
         return UpstreamPlan(req, upstream_body, reader, None, fallback)
 
