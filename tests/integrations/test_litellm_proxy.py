@@ -2,7 +2,11 @@
 
 Runs in the venv of ``.ci/litellm`` (litellm[proxy] pinned by hash); skipped where
 litellm is not importable. The proxy is started with and without the callback: alone it
-hands the leaked DSML to the client as text; with it the client gets ``tool_calls``.
+hands the leaked DSML to the client as text; with it the client gets ``tool_calls``. The
+third column is ``dsmlkit serve --upstream-api chat`` in front of the same endpoint, run by
+the Python that has dsmlkit's ``[server]`` extra (``DSMLKIT_GATEWAY_PYTHON``, which
+``.ci/litellm`` sets; the LiteLLM venv lacks some of that extra): each row prints what the
+client got, so one run gives the whole table.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from dsmlkit.dialects import V4_1
 from tests.helpers import write_block
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.loopback import serve_in_thread
-from tests.server.process import free_port
+from tests.server.process import free_port, serve_process
 
 CALL = [("get_weather", {"city": "Paris"})]
 FULL = write_block(V4_1, CALL)
@@ -41,6 +45,14 @@ LEAKS = {
     "spaced": FULL.replace("｜DSML｜", " | DSML | "),
 }
 KEY = "sk-dsmlkit-" + os.urandom(16).hex()
+#: The tool the leaked call calls, declared (the gateway passes no undeclared call on).
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -99,20 +111,43 @@ def _proxy(tmp: Path, upstream: str, callback: bool) -> Iterator[str]:
         process.wait(10)
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["alone", "with-dsmlkit"])
+def _gateway(upstream: str) -> Iterator[str]:
+    """``dsmlkit serve --upstream-api chat`` in front of ``upstream``, as a user starts it."""
+    python = os.environ.get("DSMLKIT_GATEWAY_PYTHON")
+    if python is None:
+        pytest.skip("DSMLKIT_GATEWAY_PYTHON names no Python with dsmlkit[server]")
+    env = {"DSMLKIT_UPSTREAM": upstream, "DSMLKIT_UPSTREAM_API": "chat"}
+    with serve_process("--model", "deepseek-v4.1", python=python, env=env) as (_, url):
+        yield url
+
+
+#: The columns of the table: the proxy alone, the proxy with dsmlkit's callback, and
+#: dsmlkit's gateway.
+COLUMNS = ("litellm-alone", "litellm+callback", "dsmlkit-gateway")
+
+
+@pytest.fixture(scope="module", params=COLUMNS)
 def proxy(
     request: pytest.FixtureRequest,
     engine: tuple[FakeEngine, str],
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[bool, str]]:
+) -> Iterator[tuple[str, str]]:
+    if request.param == "dsmlkit-gateway":
+        for url in _gateway(engine[1]):
+            yield request.param, url
+        return
     tmp = tmp_path_factory.mktemp("litellm")
-    for url in _proxy(tmp, engine[1], request.param):
+    for url in _proxy(tmp, engine[1], request.param == "litellm+callback"):
         yield request.param, url
 
 
 def _ask(url: str, stream: bool) -> tuple[str, str, list[tuple[str, dict[str, object]]], str]:
-    client = OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0)
-    body = {"model": "deepseek-v4.1", "messages": [{"role": "user", "content": "Weather?"}]}
+    client = OpenAI(base_url=url + "/v1", api_key=KEY, max_retries=0, timeout=60)
+    body = {
+        "model": "deepseek-v4.1",
+        "messages": [{"role": "user", "content": "Weather?"}],
+        "tools": [TOOL],
+    }
     if not stream:
         answer = client.chat.completions.create(**body)  # type: ignore[call-overload]
         message = answer.choices[0].message
@@ -144,9 +179,9 @@ def _ask(url: str, stream: bool) -> tuple[str, str, list[tuple[str, dict[str, ob
 @pytest.mark.parametrize("split", [False, True], ids=["one-piece", "split"])
 @pytest.mark.parametrize("shape", list(LEAKS))
 def test_leak_through_proxy(
-    proxy: tuple[bool, str], engine: tuple[FakeEngine, str], shape: str, split: bool, stream: bool
+    proxy: tuple[str, str], engine: tuple[FakeEngine, str], shape: str, split: bool, stream: bool
 ) -> None:
-    callback, url = proxy
+    column, url = proxy
     leak = "Checking." + LEAKS[shape]
     if split:  # cut inside the first marker, as the field sees it
         cut = leak.index("DSML") + 2
@@ -155,11 +190,11 @@ def test_leak_through_proxy(
         engine[0].push(Reply(content=leak, reasoning="Paris it is."))
     content, reasoning, calls, finish = _ask(url, stream)
     print(
-        f"ROW {shape} split={split} stream={stream} callback={callback}: "
+        f"ROW {shape} split={split} stream={stream} {column}: "
         f"content={content!r} calls={calls} finish={finish}"
     )
     assert "Paris it is." in reasoning
-    if callback:
+    if column != "litellm-alone":
         assert (content, calls, finish) == ("Checking.", CALL, "tool_calls")
     else:
         assert "DSML" in content and calls == []

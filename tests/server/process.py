@@ -27,13 +27,14 @@ def free_port() -> int:
 
 @contextmanager
 def serve_process(
-    *flags: str, env: dict[str, str] | None = None
+    *flags: str, env: dict[str, str] | None = None, python: str = sys.executable
 ) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """A running ``dsmlkit serve FLAGS`` (``env`` added to this process's environment) and
-    its URL, once ``/health`` answers; stopped (SIGTERM, then SIGKILL) on exit."""
+    """A running ``dsmlkit serve FLAGS`` (``env`` added to this process's environment; run by
+    ``python``) and its URL, once ``/health`` answers; stopped (SIGTERM, then SIGKILL) on
+    exit."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "dsmlkit", "serve", "--port", str(port), *flags],
+        [python, "-m", "dsmlkit", "serve", "--port", str(port), *flags],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -7,14 +7,17 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import openai
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsmlkit.dialects import V4, V4_1
 from dsmlkit.parse import (
     ArgumentsDelta,
+    Diagnostic,
     Event,
     MessageCollector,
+    OutputEnd,
     ParsedMessage,
     Parser,
     ReasoningDelta,
@@ -24,6 +27,8 @@ from dsmlkit.parse import (
 )
 from dsmlkit.parse.chat_repair import ChatRepair
 from tests.helpers import write_block
+from tests.server.mock_upstream import ScriptedChat, chat_stream, mock_upstream
+from tests.server.process import serve_process
 
 BLOCK = write_block(V4_1, [("get_weather", {"city": "Paris"})])
 
@@ -60,7 +65,8 @@ def collect(events: list[Event]) -> ParsedMessage:
 
 
 def check_stream_shape(events: list[Event]) -> None:
-    """The event contract: calls numbered in order, never interleaved, fragments add up."""
+    """The event contract: calls numbered in order, never interleaved, fragments add up,
+    and nothing but the open call's fragments (and diagnostics) while a call is open."""
     open_index: int | None = None
     fragments: dict[int, list[str]] = {}
     next_index = 0
@@ -77,6 +83,8 @@ def check_stream_shape(events: list[Event]) -> None:
             assert event.index == open_index
             assert "".join(fragments[event.index]) == event.arguments_json
             open_index = None
+        elif not isinstance(event, Diagnostic | OutputEnd):
+            assert open_index is None, f"{event} inside call {open_index}"
 
 
 def calls_of(message: ParsedMessage) -> list[tuple[str, str, dict[str, Any]]]:
@@ -213,3 +221,62 @@ def test_result_does_not_depend_on_chunking(sizes: list[int], reasoning: str, co
     )
     assert not any(isinstance(e, ReasoningDelta) and not e.text for e in events)
     assert json.loads(chunked.calls[0].arguments_json) == chunked.calls[0].arguments
+
+
+def test_reasoning_after_a_leaked_call_waits_for_the_call() -> None:
+    """An endpoint that sends reasoning after content whose leaked call is still open (the
+    parser holds its end until it knows the closer is no quoted text): the reasoning comes
+    after the call, whose arguments are complete."""
+    cut = ("Checking." + BLOCK).index("DSML") + 2
+    leak = "Checking." + BLOCK
+    events = run(
+        [
+            {"content": leak[:cut]},
+            {"content": leak[cut:]},
+            {"reasoning_content": "Paris"},
+            {"reasoning_content": " it is."},
+        ]
+    )
+    check_stream_shape(events)
+    message = collect(events)
+    assert (message.content, message.reasoning) == ("Checking.", "Paris it is.")
+    assert calls_of(message) == [("call_0", "get_weather", {"city": "Paris"})]
+
+
+def test_reasoning_after_a_leaked_call_through_a_gateway_process() -> None:
+    """The same through ``dsmlkit serve --upstream-api chat`` and the openai SDK, streamed:
+    the client's call arguments are complete JSON (they stopped at ``{"city": "Paris``)."""
+    leak = "Checking." + BLOCK
+    cut = leak.index("DSML") + 2
+    upstream = ScriptedChat()
+    upstream.play(
+        chat_stream(
+            {"role": "assistant", "content": leak[:cut]},
+            {"content": leak[cut:]},
+            {"reasoning_content": "Paris"},
+            {"reasoning_content": " it is."},
+        )
+    )
+    tool: Any = {
+        "type": "function",
+        "function": {"name": "get_weather", "parameters": {"type": "object"}},
+    }
+    with (
+        mock_upstream(upstream) as upstream_url,
+        serve_process("--upstream", upstream_url, "--upstream-api", "chat") as (_, url),
+    ):
+        client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=10)
+        chunks = client.chat.completions.create(
+            model="deepseek-v4.1",
+            messages=[{"role": "user", "content": "Weather?"}],
+            tools=[tool],
+            stream=True,
+        )
+        arguments, finish = "", None
+        for chunk in chunks:
+            for choice in chunk.choices:
+                for call in choice.delta.tool_calls or ():
+                    arguments += call.function.arguments or "" if call.function else ""
+                finish = choice.finish_reason or finish
+    assert json.loads(arguments) == {"city": "Paris"}
+    assert finish == "tool_calls"

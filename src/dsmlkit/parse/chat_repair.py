@@ -6,7 +6,9 @@ feeds each of those two texts through its own parser (``start_in="content"``), k
 endpoint's proper ``tool_calls`` as they are (under the ids the client is to see), and
 merges the three into one event stream of
 the shape :mod:`dsmlkit.parse.events` describes: calls numbered 0, 1, 2… in the order they
-open, never interleaved (a call from one source waits while another source's call is open).
+open, never interleaved. While one source's call is open, everything the other sources
+give waits (their calls, and their text too: reasoning an endpoint sends after a leaked
+call began comes after that call, not inside it).
 
 A delta's other fields (a hosted endpoint's own, such as the blocks its server tools
 return) are not read: with ``pass_fields`` they come out as they came, in one
@@ -213,9 +215,9 @@ class ChatRepair:
             progress = False
             for source, queue in self._queues.items():
                 while queue:
+                    if self._owner not in (None, source):
+                        break  # another source's call is open
                     event = queue[0]
-                    if isinstance(event, _CALL_EVENTS) and self._owner not in (None, source):
-                        break
                     queue.popleft()
                     self._emit(source, event)
                     progress = True
