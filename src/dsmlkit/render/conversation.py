@@ -159,6 +159,8 @@ class Message:
     form the reader was asked to verify and could not (an Anthropic thinking block without
     a valid signature, a sealed Responses token that did not open); ``reasoning_sealed``
     when it came sealed and opened (a client that sent a token need not be shown its text).
+    ``reasoning_signature``: the upstream's own signature of the reasoning, put back by the
+    gateway for an Anthropic upstream (never read from a request).
     """
 
     param: str
@@ -178,6 +180,7 @@ class Message:
     id_param: str | None = None
     reasoning_trusted: bool = True
     reasoning_sealed: bool = False
+    reasoning_signature: str | None = None
 
     def text(self) -> str:
         """The text parts joined with blank lines (for roles that hold text only)."""
