@@ -19,11 +19,12 @@ Refusals (:func:`hosted_refusal`), each a 400 in the endpoint's error shape
    "disabled"``, or ``chat_template_kwargs.thinking: false`` for the chat stand-in): an
    assistant turn with tool calls whose reasoning was not passed back. DeepSeek's thinking
    mode guide: for turns that perform tool calls, ``reasoning_content`` must be passed back
-   in all later requests, else the API returns 400. The chat message is the one DeepSeek
-   answered ("Missing `reasoning_content` field in the assistant message at message index
-   N", as reported by client projects); the Anthropic format's ("The `content[].thinking`
-   in the thinking mode must be passed back to the API.") is the one users of its
-   ``/anthropic`` endpoint report. The thinking block's signature is not checked (an
+   in all later requests, else the API returns 400. The chat message is the one client
+   projects report from DeepSeek's V4 API ("The `reasoning_content` in the thinking mode
+   must be passed back to the API."; earlier answers said "Missing `reasoning_content`
+   field in the assistant message at message index N"); the Anthropic format's ("The
+   `content[].thinking` in the thinking mode must be passed back to the API.") is the one
+   users of its ``/anthropic`` endpoint report. The thinking block's signature is not checked (an
    assumption: DeepSeek's compatibility table lists no signature check).
 2. Thinking mode: ``tool_choice`` ``required`` or a named function (chat), ``any`` or
    ``tool`` (Anthropic format). The gateway's fallback (``--upstream-api chat``) is built
@@ -52,7 +53,9 @@ if TYPE_CHECKING:
 #: The fake's route of the Anthropic format.
 MESSAGES_PATH = "/v1/messages"
 #: What DeepSeek says of a tool-call turn sent back without its reasoning (chat format).
-HOSTED_REASONING_RULE = "Missing `reasoning_content` field in the assistant message"
+HOSTED_REASONING_RULE = (
+    "The `reasoning_content` in the thinking mode must be passed back to the API."
+)
 #: The same in the Anthropic format.
 HOSTED_THINKING_RULE = (
     "The `content[].thinking` in the thinking mode must be passed back to the API."
@@ -134,8 +137,8 @@ def hosted_refusal(path: str, request: dict[str, Any]) -> str | None:
         user_id = metadata.get("user_id") if isinstance(metadata, dict) else None
         if user_id is not None and not (isinstance(user_id, str) and USER_ID.fullmatch(user_id)):
             return HOSTED_USER_ID_RULE
-    elif (index := missing_reasoning(request)) is not None:
-        return f"{HOSTED_REASONING_RULE} at message index {index}"
+    elif missing_reasoning(request) is not None:
+        return HOSTED_REASONING_RULE
     if _thinking(request) and _forced(request, path):
         return HOSTED_CHOICE_RULE
     return None
