@@ -12,12 +12,13 @@ It behaves like vLLM 0.33 where the gateway depends on it:
   tokenized and generation stops after ``max_tokens`` tokens (``finish_reason: length``)
   or at a stop string (``stop_reason`` names it); with ``stream_options.include_usage``
   a last chunk with ``choices: []`` carries the usage;
-* a leaky ``POST /v1/chat/completions`` (DSML left in ``content`` / ``reasoning_content``,
-  like some hosted endpoints), as SSE when ``stream`` is true and else as one
-  ``chat.completion``, with the same model check and the hosted
-  DeepSeek API's rule: in thinking mode (unless ``thinking.type`` is ``disabled`` or
-  ``chat_template_kwargs.thinking`` false) an assistant turn with ``tool_calls`` and no
-  ``reasoning_content`` is a 400 (:func:`missing_reasoning`).
+* DeepSeek's hosted endpoints (:mod:`tests.server.fake_hosted`): a leaky
+  ``POST /v1/chat/completions`` (DSML left in ``content`` / ``reasoning_content``, like
+  some hosted endpoints), as SSE when ``stream`` is true and else as one
+  ``chat.completion``, and the Anthropic-format ``POST /v1/messages`` (SSE, DSML left in
+  its text blocks), with the same model check and the hosted DeepSeek API's 400s
+  (:func:`~tests.server.fake_hosted.hosted_refusal`: reasoning not passed back in thinking
+  mode, a forced tool choice in thinking mode, a ``metadata.user_id`` of other characters).
 
 Each completion takes the next scripted :class:`Reply` (or ``default``), streams it a few
 tokens per chunk and can fail on demand: an error status, a hang, a dropped connection, a
@@ -31,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
@@ -41,6 +41,17 @@ from tokenizers import Tokenizer
 
 from dsmlkit.dialects import BOS
 from dsmlkit.render.tokens import bundled_tokenizer_path
+from tests.server.fake_hosted import (
+    MESSAGES_PATH,
+    chat_chunks,
+    chat_completion,
+    envelope,
+    error_body,
+    hosted_refusal,
+    messages_events,
+    sse_bytes,
+    stream_end,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -147,7 +158,11 @@ class FakeEngine:
             await _send_json(send, 200, self.models())
         elif route == ("POST", "/tokenize"):
             await self._tokenize(send, json.loads(body))
-        elif route in (("POST", "/v1/completions"), ("POST", "/v1/chat/completions")):
+        elif route in (
+            ("POST", "/v1/completions"),
+            ("POST", "/v1/chat/completions"),
+            ("POST", MESSAGES_PATH),
+        ):
             await self._generate(scope, receive, send, json.loads(body))
         else:
             await _send_error(send, 404, f"no route {scope['path']}", "NotFoundError")
@@ -206,8 +221,10 @@ class FakeEngine:
         authorization = dict(scope["headers"]).get(b"authorization")
         self.authorizations.append(authorization.decode() if authorization else None)
         self.headers.append({k.decode(): v.decode() for k, v in scope["headers"]})
+        path = scope["path"]
         if (unknown := self._unknown_model(request)) is not None or "model" not in request:
-            await _send_error(send, 404, unknown or "model is required", "NotFoundError", "model")
+            message = unknown or "model is required"
+            await _send_error(send, 404, message, "NotFoundError", "model", path)
             return
         prompt_ids = self._prompt_ids(request)
         vocab = self.tokenizer.get_vocab_size(with_added_tokens=True)
@@ -217,9 +234,10 @@ class FakeEngine:
                 send, 400, f"Token id {bad[0]} is out of vocabulary", "BadRequestError"
             )
             return
-        completions = scope["path"] == "/v1/completions"
-        if not completions and missing_reasoning(request) is not None:
-            await _send_error(send, 400, HOSTED_REASONING_RULE, "invalid_request_error")
+        completions = path == "/v1/completions"
+        refusal = None if completions else hosted_refusal(path, request)
+        if refusal is not None:
+            await _send_error(send, 400, refusal, "invalid_request_error", None, path)
             return
         asked = request.get("max_tokens", request.get("max_completion_tokens"))
         if asked is None:
@@ -235,12 +253,11 @@ class FakeEngine:
             return
         reply = self.next_reply(request)
         if reply.status != 200:
-            await _send_error(
-                send, reply.status, f"scripted failure {reply.status}", "server_error"
-            )
+            message = f"scripted failure {reply.status}"
+            await _send_error(send, reply.status, message, "server_error", None, path)
             return
         if not completions and reply.raw is None and request.get("stream") is not True:
-            await _send_json(send, 200, _chat_completion(reply, request))
+            await _send_json(send, 200, chat_completion(reply, request))
             return
         headers = [(b"content-type", b"text/event-stream")]
         headers += [(k.encode(), v.encode()) for k, v in reply.headers]
@@ -251,8 +268,11 @@ class FakeEngine:
         usage_wanted = bool((request.get("stream_options") or {}).get("include_usage"))
         if completions:
             chunks = list(self._completion_chunks(reply, request, prompt_ids, asked))
+        elif path == MESSAGES_PATH:
+            chunks = list(messages_events(reply, request, len(prompt_ids)))
+            usage_wanted = False  # the events carry it
         else:
-            chunks = list(_chat_chunks(reply, request))
+            chunks = list(chat_chunks(reply, request))
         if usage_wanted:
             completion_tokens = sum(chunk.pop("_tokens", 0) for chunk in chunks)
             usage = {
@@ -260,7 +280,7 @@ class FakeEngine:
                 "completion_tokens": completion_tokens,
                 "total_tokens": len(prompt_ids) + completion_tokens,
             }
-            chunks.append({**_envelope(chunks[0]["object"], request, []), "usage": usage})
+            chunks.append({**envelope(chunks[0]["object"], request, []), "usage": usage})
         for chunk in chunks:
             chunk.pop("_tokens", None)
         for index, chunk in enumerate(chunks):
@@ -274,10 +294,10 @@ class FakeEngine:
                 await _send_body(send, b'data: {"choices": [{"text": "trunc\n\n')
             if self.on_chunk is not None:
                 self.on_chunk(request, chunk)
-            await _send_body(send, b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            await _send_body(send, sse_bytes(path, chunk))
             if reply.interval:
                 await asyncio.sleep(reply.interval)
-        await _send_body(send, b"data: [DONE]\n\n")
+        await _send_body(send, stream_end(path))
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     def _completion_chunks(
@@ -303,7 +323,7 @@ class FakeEngine:
                 break
             used += tokens
             choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": None}
-            yield {**_envelope("text_completion", request, [choice]), "_tokens": tokens}
+            yield {**envelope("text_completion", request, [choice]), "_tokens": tokens}
         final = {
             "index": 0,
             "text": "",
@@ -311,7 +331,7 @@ class FakeEngine:
             "finish_reason": finish,
             "stop_reason": stop_reason,
         }
-        yield _envelope("text_completion", request, [final])
+        yield envelope("text_completion", request, [final])
 
     def _pieces(self, ids: list[int], size: int) -> Iterator[tuple[str, int]]:
         """Incremental detokenization: a piece is released once its bytes are whole."""
@@ -325,101 +345,6 @@ class FakeEngine:
             start = end
             if end >= len(ids):
                 break
-
-
-#: DeepSeek's answer to a tool-call turn sent back without its reasoning in thinking mode.
-HOSTED_REASONING_RULE = (
-    "The `reasoning_content` in the thinking mode must be passed back to the API."
-)
-
-
-def missing_reasoning(request: dict[str, Any]) -> int | None:
-    """The index of the first assistant message with ``tool_calls`` but no (or empty)
-    ``reasoning_content``, if the chat request is in thinking mode (DeepSeek's default)."""
-    switch = request.get("thinking")
-    kwargs = request.get("chat_template_kwargs")
-    if (isinstance(switch, dict) and switch.get("type") == "disabled") or (
-        isinstance(kwargs, dict) and kwargs.get("thinking") is False
-    ):
-        return None
-    calls_without_reasoning = (
-        index
-        for index, message in enumerate(request.get("messages") or ())
-        if message.get("role") == "assistant"
-        and message.get("tool_calls")
-        and not message.get("reasoning_content")
-    )
-    return next(calls_without_reasoning, None)
-
-
-def _pieces(text: str, size: int) -> Iterator[str]:
-    for start in range(0, len(text), size):
-        yield text[start : start + size]
-
-
-def _envelope(kind: str, request: dict[str, Any], choices: list[Any]) -> dict[str, Any]:
-    return {
-        "id": "fake-1",
-        "object": kind,
-        "created": int(time.time()),
-        "model": request.get("model", "fake"),
-        "choices": choices,
-    }
-
-
-def _chat_chunks(reply: Reply, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    size = max(reply.chunk_size, 5)
-
-    def chunk(delta: dict[str, Any], finish: str | None = None, tokens: int = 0) -> dict[str, Any]:
-        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        return {**_envelope("chat.completion.chunk", request, [choice]), "_tokens": tokens}
-
-    yield chunk({"role": "assistant", "content": ""})
-    for piece in reply.pieces:  # a scripted output, streamed as content the way it is cut
-        yield chunk({"content": piece}, tokens=1)
-    for key, text in (("reasoning_content", reply.reasoning), ("content", reply.content)):
-        for piece in _pieces(text, size):
-            yield chunk({key: piece}, tokens=1)
-    for index, call in enumerate(reply.tool_calls):
-        head = {"name": call["name"], "arguments": ""}
-        yield chunk(
-            {
-                "tool_calls": [
-                    {"index": index, "id": call["id"], "type": "function", "function": head}
-                ]
-            }
-        )
-        for piece in _pieces(call["arguments"], size):
-            yield chunk(
-                {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, tokens=1
-            )
-    yield chunk({}, reply.finish_reason)
-
-
-def _chat_completion(reply: Reply, request: dict[str, Any]) -> dict[str, Any]:
-    """The whole answer as one ``chat.completion`` (a chat request without ``stream``): the
-    streamed chunks' deltas folded into one message."""
-    message: dict[str, Any] = {"role": "assistant", "content": "", "reasoning_content": ""}
-    calls: list[dict[str, Any]] = []
-    finish = "stop"
-    for chunk in _chat_chunks(reply, request):
-        choice = chunk["choices"][0]
-        delta = choice["delta"]
-        for key in ("content", "reasoning_content"):
-            message[key] += delta.get(key, "")
-        for call in delta.get("tool_calls", ()):
-            if "id" in call:
-                calls.append(
-                    {"id": call["id"], "type": "function", "function": dict(call["function"])}
-                )
-            else:
-                calls[call["index"]]["function"]["arguments"] += call["function"]["arguments"]
-        finish = choice["finish_reason"] or finish
-    message["reasoning_content"] = message["reasoning_content"] or None
-    if calls:
-        message["tool_calls"] = calls
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
-    return _envelope("chat.completion", request, [choice])
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -447,11 +372,16 @@ async def _send_json(send: Send, status: int, payload: dict[str, Any]) -> None:
 
 
 async def _send_error(
-    send: Send, status: int, message: str, kind: str, param: str | None = None
+    send: Send,
+    status: int,
+    message: str,
+    kind: str,
+    param: str | None = None,
+    path: str = "/v1/completions",
 ) -> None:
-    """vLLM's error body: ``{"error": {"message", "type", "param", "code": status}}``."""
-    error = {"message": message, "type": kind, "param": param, "code": status}
-    await _send_json(send, status, {"error": error})
+    """vLLM's error body, ``{"error": {"message", "type", "param", "code": status}}``, or
+    at ``/v1/messages`` Anthropic's (:func:`~tests.server.fake_hosted.error_body`)."""
+    await _send_json(send, status, error_body(path, status, message, kind, param))
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

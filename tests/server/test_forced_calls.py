@@ -256,9 +256,8 @@ def test_chat_mode_cuts_a_second_upstream_call(
 def test_a_400_to_a_forced_choice_in_thinking_mode_retries_with_auto(
     chat_gateway: Gateway, api: str, stream: bool, choice: str
 ) -> None:
-    engine = chat_gateway.engine
+    engine = chat_gateway.engine  # it refuses a forced choice in thinking mode, as DeepSeek
     engine.push(
-        Reply(status=400),
         Reply(reasoning="Weather it is.", tool_calls=(UPSTREAM_CALL,), finish_reason="tool_calls"),
     )
     answer = ask(chat_gateway, api, stream, thinking=True, **forced(api, choice))
@@ -276,7 +275,6 @@ def test_the_log_line_of_a_fallback_counts_it_beside_the_answers_diagnostics(
     chat_gateway: Gateway, stream: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     chat_gateway.engine.push(
-        Reply(status=400),
         Reply(reasoning="Weather.", tool_calls=(UPSTREAM_CALL,), finish_reason="tool_calls"),
     )
     with caplog.at_level("INFO", logger="dsmlkit.server.access"):
@@ -294,13 +292,13 @@ def _access_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_a_fallback_without_a_call_is_an_honest_error(chat_gateway: Gateway, stream: bool) -> None:
-    chat_gateway.engine.push(Reply(status=400), Reply(content="I would rather not."))
+    chat_gateway.engine.push(Reply(content="I would rather not."))
     with pytest.raises(openai.APIError, match="forced tool_choice in thinking mode"):
         ask(chat_gateway, "openai", stream, thinking=True, **forced("openai", "required"))
 
 
 def test_anthropic_fallback_without_a_call_is_an_error_event(chat_gateway: Gateway) -> None:
-    chat_gateway.engine.push(Reply(status=400), Reply(content="No."))
+    chat_gateway.engine.push(Reply(content="No."))
     with pytest.raises(anthropic.APIStatusError, match="made no call"):
         ask(chat_gateway, "anthropic", False, thinking=True, **forced("anthropic", "required"))
 

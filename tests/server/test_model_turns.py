@@ -22,7 +22,8 @@ from dsmlkit.dialects import V4_1
 from dsmlkit.server.reqlog import FIELDS
 from tests.helpers import write_block
 from tests.server.conftest import CLIENT_TIMEOUT, Gateway
-from tests.server.fake_engine import HOSTED_REASONING_RULE, FakeEngine, Reply
+from tests.server.fake_engine import FakeEngine, Reply
+from tests.server.fake_hosted import HOSTED_REASONING_RULE
 from tests.server.sdk import Answer, ask
 
 APIS = [("openai", False), ("openai", True), ("anthropic", False), ("anthropic", True)]

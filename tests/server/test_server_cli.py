@@ -170,7 +170,7 @@ def test_help_works_without_the_server_extra() -> None:
     code = f"import sys; {blocked}; from dsmlkit.cli import main; main(['serve', '--help'])"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "--upstream-api {completions,chat}" in done.stdout
+    assert "--upstream-api {completions,chat,messages}" in done.stdout
 
 
 def test_port_in_use_cannot_start(capsys: pytest.CaptureFixture[str]) -> None:

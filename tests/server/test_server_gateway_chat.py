@@ -1,7 +1,16 @@
-"""The gateway in front of a leaky hosted /v1/chat/completions, driven by the official SDKs."""
+"""The gateway in front of a leaky hosted endpoint, DeepSeek-like (the fake engine's
+:mod:`~tests.server.fake_hosted` endpoints), driven by the official SDKs.
+
+The leak tests run through real ``dsmlkit serve`` processes, one per hosted upstream kind
+(``--upstream-api chat``: ``/v1/chat/completions``; ``--upstream-api messages``: the
+Anthropic-format ``/v1/messages``, where the leak sits in text and thinking blocks), for
+the three client APIs, streamed and not; what is particular to chat mode follows.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -10,52 +19,106 @@ from dsmlkit.dialects import ASCII_MARKER, V4, V4_1
 from tests.helpers import write_block
 from tests.server.conftest import HOSTED_MODELS, Gateway
 from tests.server.fake_engine import FakeEngine, Reply
+from tests.server.process import serve_process
 from tests.server.sdk import ask, declared
 
 APIS = [("openai", False), ("openai", True), ("anthropic", False), ("anthropic", True)]
 API_IDS = ["openai", "openai-stream", "anthropic", "anthropic-stream"]
+ALL_APIS = [*APIS, ("responses", False), ("responses", True)]
+ALL_API_IDS = [*API_IDS, "responses", "responses-stream"]
+#: The hosted upstream kinds (``--upstream-api``).
+KINDS = ["chat", "messages"]
+#: What each client API calls an answer that ends in calls, and one that does not.
+CALL_FINISH = {"openai": "tool_calls", "anthropic": "tool_use", "responses": "completed"}
+STOP_FINISH = {"openai": "stop", "anthropic": "end_turn", "responses": "completed"}
 
 NOTE = {"text": "closing tags </｜DSML｜ parameter> and </｜DSML｜ invoke> are text", "n": 2}
 LEAKED = "Let me check." + write_block(V4_1, [("get_weather", {"city": "Paris"}), ("note", NOTE)])
+FULL = write_block(V4_1, [("get_weather", {"city": "Paris"})])
+#: The leak shapes replayed (as tests/test_parse_recoveries.py and the LiteLLM proxy test
+#: name them); each also comes cut into 1- and 7-character pieces.
+LEAKS = {
+    "full-width": FULL,
+    "ascii": FULL.replace("｜DSML｜", "|DSML|"),
+    "doubled-bars": FULL.replace("｜DSML｜", "‖DSML‖"),
+    "spaced": FULL.replace("｜DSML｜", " | DSML | "),
+}
+
+
+@pytest.fixture(scope="module")
+def processes(engine_server: tuple[FakeEngine, str]) -> Iterator[dict[str, str]]:
+    """One ``dsmlkit serve`` per hosted upstream kind, for the whole module."""
+    with ExitStack() as stack:
+        yield {
+            kind: stack.enter_context(
+                serve_process("--upstream", engine_server[1], "--upstream-api", kind)
+            )[1]
+            for kind in KINDS
+        }
+
+
+@pytest.fixture(params=KINDS)
+def hosted(
+    request: pytest.FixtureRequest, processes: dict[str, str], engine: FakeEngine
+) -> Gateway:
+    """The process of one hosted upstream kind in front of the fake engine."""
+    engine.served = HOSTED_MODELS
+    return Gateway(processes[request.param], engine)
 
 
 def _names_and_args(answer: Any) -> list[tuple[str, dict[str, Any]]]:
     return [(name, args) for _, name, args in answer.calls]
 
 
-@pytest.mark.parametrize(("api", "stream"), APIS, ids=API_IDS)
-def test_leaked_dsml_in_content_is_repaired_into_calls(
-    chat_gateway: Gateway, api: str, stream: bool
+def _cut(text: str, size: int) -> tuple[str, ...]:
+    return tuple(text[i : i + size] for i in range(0, len(text), size))
+
+
+@pytest.mark.parametrize("size", [0, 1, 7], ids=["whole", "cut-1", "cut-7"])
+@pytest.mark.parametrize("shape", list(LEAKS))
+@pytest.mark.parametrize(("api", "stream"), ALL_APIS, ids=ALL_API_IDS)
+def test_every_leak_shape_becomes_a_call(
+    hosted: Gateway, api: str, stream: bool, shape: str, size: int
 ) -> None:
-    chat_gateway.engine.push(Reply(content=LEAKED, chunk_size=3))
-    answer = ask(chat_gateway, api, stream, thinking=False, **declared(api, "get_weather", "note"))
+    leaked = "Checking." + LEAKS[shape]
+    hosted.engine.push(Reply(pieces=_cut(leaked, size) if size else (leaked,)))
+    answer = ask(hosted, api, stream, thinking=False, **declared(api, "get_weather"))
+    assert answer.content == "Checking."
+    assert _names_and_args(answer) == [("get_weather", {"city": "Paris"})]
+    assert answer.finish == CALL_FINISH[api]
+
+
+@pytest.mark.parametrize(("api", "stream"), ALL_APIS, ids=ALL_API_IDS)
+def test_leaked_dsml_in_content_is_repaired_into_calls(
+    hosted: Gateway, api: str, stream: bool
+) -> None:
+    hosted.engine.push(Reply(content=LEAKED, chunk_size=3))
+    answer = ask(hosted, api, stream, thinking=False, **declared(api, "get_weather", "note"))
     assert answer.content == "Let me check."
     assert _names_and_args(answer) == [("get_weather", {"city": "Paris"}), ("note", NOTE)]
-    assert answer.finish == ("tool_calls" if api == "openai" else "tool_use")
+    assert answer.finish == CALL_FINISH[api]
 
 
-@pytest.mark.parametrize(("api", "stream"), APIS, ids=API_IDS)
-def test_leaked_dsml_in_reasoning_is_repaired(
-    chat_gateway: Gateway, api: str, stream: bool
-) -> None:
+@pytest.mark.parametrize(("api", "stream"), ALL_APIS, ids=ALL_API_IDS)
+def test_leaked_dsml_in_reasoning_is_repaired(hosted: Gateway, api: str, stream: bool) -> None:
     block = write_block(V4, [("search", {"q": "dsml"})], marker=ASCII_MARKER)
-    chat_gateway.engine.push(Reply(reasoning="Search first." + block, chunk_size=4))
-    answer = ask(chat_gateway, api, stream, thinking=True, **declared(api, "search"))
+    hosted.engine.push(Reply(reasoning="Search first." + block, chunk_size=4))
+    answer = ask(hosted, api, stream, thinking=True, **declared(api, "search"))
     assert answer.reasoning == "Search first."
     assert answer.content == ""
     assert _names_and_args(answer) == [("search", {"q": "dsml"})]
 
 
-@pytest.mark.parametrize(("api", "stream"), APIS, ids=API_IDS)
+@pytest.mark.parametrize(("api", "stream"), ALL_APIS, ids=ALL_API_IDS)
 def test_proper_tool_calls_pass_through_after_repaired_ones(
-    chat_gateway: Gateway, api: str, stream: bool
+    hosted: Gateway, api: str, stream: bool
 ) -> None:
     proper = {"id": "call_upstream_0001", "name": "get_time", "arguments": '{"tz": "UTC"}'}
-    chat_gateway.engine.push(
+    hosted.engine.push(
         Reply(content=LEAKED, tool_calls=(proper,), finish_reason="tool_calls", chunk_size=5)
     )
     tools = declared(api, "get_weather", "note", "get_time")
-    answer = ask(chat_gateway, api, stream, thinking=False, **tools)
+    answer = ask(hosted, api, stream, thinking=False, **tools)
     assert _names_and_args(answer) == [
         ("get_weather", {"city": "Paris"}),
         ("note", NOTE),
@@ -64,19 +127,21 @@ def test_proper_tool_calls_pass_through_after_repaired_ones(
     assert answer.calls[2][0] == "call_upstream_0001"
 
 
-@pytest.mark.parametrize(("api", "stream"), APIS, ids=API_IDS)
-def test_plain_answers_pass_unchanged(chat_gateway: Gateway, api: str, stream: bool) -> None:
+@pytest.mark.parametrize(("api", "stream"), ALL_APIS, ids=ALL_API_IDS)
+def test_plain_answers_pass_unchanged(hosted: Gateway, api: str, stream: bool) -> None:
     text = "No tools needed: 2 < 3 and <b>bold</b> stays."
-    chat_gateway.engine.push(Reply(content=text, reasoning="Easy.", chunk_size=2))
-    answer = ask(chat_gateway, api, stream, thinking=True)
+    hosted.engine.push(Reply(content=text, reasoning="Easy.", chunk_size=2))
+    answer = ask(hosted, api, stream, thinking=True)
     assert (answer.reasoning, answer.content, answer.calls) == ("Easy.", text, [])
-    assert answer.finish == ("stop" if api == "openai" else "end_turn")
+    assert answer.finish == STOP_FINISH[api]
 
 
-def test_cut_off_leak_is_not_a_call(chat_gateway: Gateway) -> None:
-    chat_gateway.engine.push(Reply(content=LEAKED[: LEAKED.index("Paris")], finish_reason="length"))
-    answer = ask(chat_gateway, "anthropic", False, thinking=False)
-    assert (answer.content, answer.calls, answer.finish) == ("Let me check.", [], "max_tokens")
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+def test_cut_off_leak_is_not_a_call(hosted: Gateway, api: str) -> None:
+    hosted.engine.push(Reply(content=LEAKED[: LEAKED.index("Paris")], finish_reason="length"))
+    answer = ask(hosted, api, False, thinking=False)
+    finish = {"openai": "length", "anthropic": "max_tokens"}[api]
+    assert (answer.content, answer.calls, answer.finish) == ("Let me check.", [], finish)
 
 
 def test_openai_request_is_forwarded_as_sent(chat_gateway: Gateway) -> None:

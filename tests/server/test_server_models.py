@@ -151,7 +151,7 @@ def test_an_unknown_model_is_a_404_in_each_api(gateway: Gateway) -> None:
         (
             '[[models]]\nname = "a"\ndialect = "v4"\nupstream = "http://h"\n'
             'upstream_api = "grpc"\n',
-            "models[0].upstream_api: must be 'completions' or 'chat'",
+            "models[0].upstream_api: must be 'completions' or 'chat' or 'messages'",
         ),
         ("models = [", "is not valid TOML"),
         ("[server]\nport = 1\n", "unknown top-level key 'server'"),

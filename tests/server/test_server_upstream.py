@@ -268,7 +268,7 @@ def test_a_refused_connection_is_said_without_the_address() -> None:
         client = UpstreamClient(read_timeout=5, connect_timeout=5, deadline=10)
         try:
             with pytest.raises(UpstreamError) as raised:
-                await client.open_stream(f"http://127.0.0.1:{port}/v1/completions", {}, None, {})
+                await client.open_stream(f"http://127.0.0.1:{port}/v1/completions", {}, {}, {})
         finally:
             await client.aclose()
         return raised.value

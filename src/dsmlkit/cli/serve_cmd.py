@@ -92,8 +92,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         f"Serve the render, tokenize and parse endpoints ({', '.join(LOCAL_ROUTES)}). "
         f"With --upstream (or --config FILE for several models), also serve the gateway "
         f"({', '.join(GATEWAY_ROUTES)}) through an engine's /v1/completions "
-        "(--upstream-api completions) or a hosted chat endpoint whose leaked DSML is repaired "
-        "(--upstream-api chat). Every flag can also be set as DSMLKIT_<FLAG> (e.g. "
+        "(--upstream-api completions), a hosted chat endpoint whose leaked DSML is repaired "
+        "(--upstream-api chat) or a hosted Anthropic Messages endpoint repaired the same way "
+        "(--upstream-api messages). Every flag can also be set as DSMLKIT_<FLAG> (e.g. "
         "DSMLKIT_PORT, DSMLKIT_UPSTREAM). The documentation is docs/server.md in dsmlkit's "
         "source repository (the installed package carries no docs)."
     )
@@ -111,12 +112,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--model",
         metavar="NAME",
         help="model name to list and to send upstream (default: the engine's served name, "
-        "else deepseek-<dialect>; in chat mode the client's model is forwarded unless given)",
+        "else deepseek-<dialect>; in chat and messages mode the client's model is forwarded "
+        "unless given)",
     )
     add("--upstream", metavar="URL", help="engine base URL, e.g. http://127.0.0.1:8001/v1")
     add(
         "--upstream-api",
-        choices=("completions", "chat"),  # UPSTREAM_KINDS (server extra: not imported here)
+        # UPSTREAM_KINDS (server extra: not imported here)
+        choices=("completions", "chat", "messages"),
         help="how to talk to the upstream (default: completions)",
     )
     add(

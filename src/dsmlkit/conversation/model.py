@@ -126,6 +126,8 @@ class Message:
     form the reader was asked to verify and could not (an Anthropic thinking block without
     a valid signature, a sealed Responses token that did not open); ``reasoning_sealed``
     when it came sealed and opened (a client that sent a token need not be shown its text).
+    ``reasoning_signature``: the upstream's own signature of the reasoning, put back by the
+    gateway for an Anthropic upstream (never read from a request).
     ``passthrough``: the fields of an assistant message that nothing here reads (the blocks
     a hosted endpoint's server tools returned, which go back to it unchanged), as sent.
     """
@@ -147,6 +149,7 @@ class Message:
     id_param: str | None = None
     reasoning_trusted: bool = True
     reasoning_sealed: bool = False
+    reasoning_signature: str | None = None
     passthrough: Mapping[str, Any] | None = None
 
     def text(self) -> str:

@@ -156,17 +156,19 @@ class ModelConfig:
 
     @property
     def upstream_endpoint(self) -> str | None:
-        """The full URL requests go to: ``…/v1/completions`` or ``…/v1/chat/completions``.
+        """The full URL requests go to: ``…/v1/completions``, ``…/v1/chat/completions`` or
+        ``…/v1/messages``.
 
-        A URL already ending in ``/completions`` is used as given; one ending in a version
-        segment (``/v1``, ``/api/v1``) gets the route appended; anything else gets ``/v1/…``.
+        A URL already ending in ``/completions`` (or the kind's route) is used as given; one
+        ending in a version segment (``/v1``, ``/api/v1``) gets the route appended; anything
+        else (``https://api.deepseek.com/anthropic``) gets ``/v1/…``.
         """
         if self.upstream is None:
             return None
         route = self.kind.route
         base = self.upstream.rstrip("/")
         path = urlsplit(base).path
-        if path.endswith("/completions"):
+        if path.endswith(("/completions", route)):
             return base
         if _VERSION_SEGMENT.search(path):
             return base + route
@@ -185,7 +187,7 @@ class ModelConfig:
         if endpoint is None:
             return None
         base = endpoint.rsplit("/chat/completions", 1)[0]
-        return base.rsplit("/completions", 1)[0]
+        return base.rsplit("/completions", 1)[0].removesuffix("/messages")
 
     @property
     def upstream_root(self) -> str | None:

@@ -62,7 +62,8 @@ async def read_engine(
     """Read the engine behind ``model``: ``/v1/models``, then ``/tokenize`` (if served)."""
     base, root = model.upstream_api_base, model.upstream_root
     assert base is not None and root is not None
-    listing = await client.get_json(base + "/models", api_key)
+    auth = model.kind.auth_headers(api_key)
+    listing = await client.get_json(base + "/models", auth)
     cards = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(cards, list):
         raise UpstreamError(
@@ -77,12 +78,12 @@ async def read_engine(
     max_model_len = length if isinstance(length, int) and length > 0 else None
     token_ids = None
     if model.kind.reads_token_ids:
-        token_ids = await _engine_token_ids(client, root, name, api_key)
+        token_ids = await _engine_token_ids(client, root, name, auth)
     return EngineFacts(served, max_model_len, token_ids)
 
 
 async def _engine_token_ids(
-    client: UpstreamClient, root: str, name: str | None, api_key: str | None
+    client: UpstreamClient, root: str, name: str | None, auth: Mapping[str, str]
 ) -> dict[str, tuple[int, ...]] | None:
     """The engine's ids for each template token and for :data:`SAMPLE_TEXT`; None when the
     engine has no ``/tokenize``."""
@@ -92,7 +93,7 @@ async def _engine_token_ids(
         if name is not None:
             body["model"] = name
         try:
-            answer = await client.get_json(root + "/tokenize", api_key, body)
+            answer = await client.get_json(root + "/tokenize", auth, body)
         except UpstreamError as exc:
             if exc.kind == "status" and exc.status in (404, 405):
                 return None

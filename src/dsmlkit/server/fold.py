@@ -124,8 +124,9 @@ class Upstream:
 
     async def _send(self, body: dict[str, Any]) -> None:
         route = self._route
+        auth = route.model.kind.auth_headers(route.key)
         stream = await route.client.open_stream(
-            route.endpoint, body, route.key, self._headers, clients_key=route.forwarded
+            route.endpoint, body, auth, self._headers, clients_key=route.forwarded
         )
         self._streams.append(stream)
 
@@ -178,10 +179,10 @@ async def fold(
         async for chunks in upstream.stream.batches():
             batch: list[list[Event]] = []
             for chunk in chunks:
-                usage = chunk.get("usage")
-                if isinstance(usage, Mapping):
-                    outcome.usage = _added_usage(outcome.usage, _usage(usage), spent)
-                for choice in chunk.get("choices") or ():
+                usage = reader.usage(chunk)
+                if usage is not None:
+                    outcome.usage = _added_usage(outcome.usage, usage, spent)
+                for choice in reader.choices(chunk):
                     with outcome.parsing:
                         read = reader.feed(choice)
                     events, cut = gate.feed(read)
@@ -229,7 +230,7 @@ async def fold(
     if refused is not None:
         raise UpstreamError("broken", refused)
     outcome.tokens = outcome.usage
-    calls = answer.calls(reader.upstream_ids)
+    calls = answer.calls(reader.upstream_ids, reader.reasoning_signature)
     outcome.state_error = await memory.remember(calls, digests)
     yield [final]
 
@@ -254,9 +255,11 @@ class AnswerTracker:
             elif isinstance(event, ToolCallEnd):
                 self._calls.append(event)
 
-    def calls(self, upstream_ids: Mapping[str, str] | None = None) -> dict[str, ModelCall]:
+    def calls(
+        self, upstream_ids: Mapping[str, str] | None = None, signature: str | None = None
+    ) -> dict[str, ModelCall]:
         """What the model wrote, by call id (with the upstream's own id of a call, when
-        ``upstream_ids`` has one)."""
+        ``upstream_ids`` has one, and the upstream's ``signature`` of the reasoning)."""
         reasoning, content = "".join(self._reasoning), "".join(self._content)
         upstream = upstream_ids or {}
         return {
@@ -267,6 +270,7 @@ class AnswerTracker:
                 content,
                 upstream.get(call.id),
                 self._hidden,
+                signature,
             )
             for call in self._calls
         }
@@ -289,18 +293,6 @@ def _added_usage(before: Usage | None, stage: Usage, spent: int) -> Usage:
     if before is None:
         return stage
     return Usage(before.prompt_tokens, spent + stage.completion_tokens, before.cached_tokens)
-
-
-def _usage(usage: Mapping[str, Any]) -> Usage:
-    details = usage.get("prompt_tokens_details")
-    cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
-
-    def count(value: Any) -> int:
-        return value if isinstance(value, int) and value >= 0 else 0
-
-    return Usage(
-        count(usage.get("prompt_tokens")), count(usage.get("completion_tokens")), count(cached)
-    )
 
 
 # --- the gate: what of the answer may reach the client -----------------------------

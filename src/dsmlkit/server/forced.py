@@ -15,8 +15,9 @@ the prompt):
 * ``parallel_tool_calls: false``: the invoke closer is a stop string; when the engine stops
   there the gateway writes the closers itself, so the answer holds exactly one call.
 
-Chat mode (``--upstream-api chat``) forwards the request's own ``tool_choice``; see
-:func:`chat_fallback_body` for endpoints that reject forced choices in thinking mode.
+Chat and messages mode (``--upstream-api chat`` / ``messages``) forward the request's own
+``tool_choice``; see :func:`fallback_body` for endpoints that reject forced choices in
+thinking mode.
 
 This is the plan stage's part. In both modes, and for every API, the fold stage then
 enforces the choice on what reaches the client, whatever the engine wrote
@@ -25,6 +26,7 @@ enforces the choice on what reaches the client, whatever the engine wrote
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from dsmlkit.api import ChatRequest
@@ -43,22 +45,23 @@ def call_opener(dialect: Dialect, name: str | None) -> tuple[Piece, ...]:
     return out.pieces()
 
 
-def chat_fallback_body(req: ChatRequest, body: dict[str, Any]) -> dict[str, Any] | None:
-    """What to send a chat upstream that rejected a forced choice in thinking mode.
+def fallback_body(
+    req: ChatRequest, body: dict[str, Any], auto: Any, tool_names: Sequence[str | None]
+) -> dict[str, Any] | None:
+    """What to send a hosted upstream that rejected a forced choice in thinking mode.
 
     DeepSeek's API (and endpoints like it) answer 400 to ``tool_choice`` ``required`` or a
-    named function in thinking mode. The retry asks with ``tool_choice: auto``; for a named
-    function only that tool is offered. None when the request forces nothing or does not
-    think (then a 400 is the request's own problem).
+    named function in thinking mode. The retry asks with ``auto`` (the choice in the
+    upstream's spelling); for a named function only that tool is offered (``tool_names``:
+    the name of each entry of ``body["tools"]``, in the upstream's spelling). None when
+    the request forces nothing or does not think (then a 400 is the request's own problem).
     """
     if not (req.requires_call and req.render.thinking):
         return None
-    retry = {**body, "tool_choice": "auto"}
+    retry = {**body, "tool_choice": auto}
     name = req.conversation.tool_choice.name
     if name is not None and isinstance(body.get("tools"), list):
         retry["tools"] = [
-            tool
-            for tool in body["tools"]
-            if isinstance(tool, dict) and (tool.get("function") or {}).get("name") == name
+            tool for tool, named in zip(body["tools"], tool_names, strict=True) if named == name
         ]
     return retry

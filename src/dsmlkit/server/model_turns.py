@@ -57,7 +57,9 @@ class ModelCall:
     arguments JSON, and the answer's reasoning and content; ``upstream_id``: the upstream's
     own id of the call when the client was given another (see :mod:`.call_ids`);
     ``reasoning_hidden`` when the answer did not show the reasoning to the client
-    (Anthropic ``display: "omitted"``)."""
+    (Anthropic ``display: "omitted"``); ``reasoning_signature``: the upstream's own
+    signature of the reasoning (an Anthropic thinking block's, ``--upstream-api
+    messages``), sent back with it."""
 
     name: str
     arguments: str
@@ -65,18 +67,20 @@ class ModelCall:
     content: str
     upstream_id: str | None = None
     reasoning_hidden: bool = False
+    reasoning_signature: str | None = None
 
     def dumps(self) -> str:
         fields = asdict(self)
-        if self.upstream_id is None:
-            del fields["upstream_id"]
+        for name in ("upstream_id", "reasoning_signature"):
+            if fields[name] is None:
+                del fields[name]
         return json.dumps(fields, ensure_ascii=False)
 
     @classmethod
     def loads(cls, text: str) -> ModelCall:
-        """The stored call (an entry stored before ``upstream_id`` or ``reasoning_hidden``
-        existed has none, or false); raises :class:`~.state_store.CorruptEntry` for a value
-        of another form."""
+        """The stored call (an entry stored before ``upstream_id``, ``reasoning_hidden`` or
+        ``reasoning_signature`` existed has none, or false); raises
+        :class:`~.state_store.CorruptEntry` for a value of another form."""
         fields = load_json(text)
         if not isinstance(fields, dict):
             raise CorruptEntry("a stored call must be a JSON object")
@@ -88,6 +92,9 @@ class ModelCall:
         hidden = fields.get("reasoning_hidden", False)
         if not isinstance(hidden, bool):
             raise CorruptEntry("a stored call's reasoning_hidden must be true or false")
+        signature = fields.get("reasoning_signature")
+        if not _optional_text(signature):
+            raise CorruptEntry("a stored call's reasoning_signature must be a string")
         return cls(
             fields["name"],
             fields["arguments"],
@@ -95,6 +102,7 @@ class ModelCall:
             fields["content"],
             upstream_id,
             hidden,
+            signature,
         )
 
 

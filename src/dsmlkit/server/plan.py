@@ -49,7 +49,7 @@ async def prompt_length(
         "prompt": prompt.encoded.text,
         "add_special_tokens": False,
     }
-    answer = await state.upstream().get_json(root + "/tokenize", key, body)
+    answer = await state.upstream().get_json(root + "/tokenize", model.kind.auth_headers(key), body)
     count = answer.get("count") if isinstance(answer, dict) else None
     return count if isinstance(count, int) else None
 

@@ -8,7 +8,14 @@ each upstream stream whether another request follows (:meth:`UpstreamReader.afte
 * :class:`CompletionsReader`: the raw text of an engine's ``/v1/completions`` into one
   parser; a forced call and one call only are its options (:mod:`.forced`).
 * :class:`ChatReader`: a hosted ``/v1/chat/completions`` delta, its ``tool_calls`` kept and
-  DSML leaked into its texts repaired (:mod:`.chat_repair`).
+  DSML leaked into its texts repaired (:mod:`dsmlkit.parse.chat_repair`).
+* :class:`MessagesReader`: a hosted Anthropic ``/v1/messages`` stream, whose events it
+  reads as the chat deltas they stand for (:meth:`UpstreamReader.choices`), repaired by the
+  same :class:`~dsmlkit.parse.chat_repair.ChatRepair`; it keeps the thinking block's
+  ``signature`` (:attr:`UpstreamReader.reasoning_signature`).
+
+How a chunk of the upstream stream is read (its choices, its usage) is the reader's too:
+the OpenAI shape (``choices``, ``usage``) unless the reader says otherwise.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from dsmlkit.api.common import Usage
 from dsmlkit.dialects import THINK_CLOSE, Dialect
 from dsmlkit.encoding import OutputReader
 from dsmlkit.parse import Event, ReasoningEnd, ToolCallStart
@@ -49,11 +57,34 @@ class UpstreamReader(ABC):
 
     ``opening``: events of text the gateway wrote into the answer before the upstream's
     first token; ``upstream_ids``: the upstream's own id of each call the client got
-    another id for (filled as the answer streams; :mod:`.call_ids`).
+    another id for (filled as the answer streams; :mod:`.call_ids`);
+    ``reasoning_signature``: the upstream's own signature of the answer's reasoning, which
+    goes back with it on the next turn (None: the upstream gave none).
     """
 
     opening: list[Event]
     upstream_ids: Mapping[str, str]
+
+    @property
+    def reasoning_signature(self) -> str | None:
+        return None
+
+    def choices(self, chunk: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+        """The choices of one upstream chunk, each given to :meth:`feed`; its
+        ``finish_reason`` ends the upstream stream (``stop_reason``: the stop string met)."""
+        choices: Sequence[Mapping[str, Any]] = chunk.get("choices") or ()
+        return choices
+
+    def usage(self, chunk: Mapping[str, Any]) -> Usage | None:
+        """The token counts one upstream chunk reports (None: it reports none)."""
+        usage = chunk.get("usage")
+        if not isinstance(usage, Mapping):
+            return None
+        details = usage.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+        return Usage(
+            count(usage.get("prompt_tokens")), count(usage.get("completion_tokens")), count(cached)
+        )
 
     @abstractmethod
     def feed(self, choice: Mapping[str, Any]) -> list[Event]:
@@ -68,6 +99,11 @@ class UpstreamReader(ABC):
     @abstractmethod
     def close(self, finish: str) -> list[Event]:
         """The last events, ending with one :class:`~dsmlkit.parse.OutputEnd`."""
+
+
+def count(value: Any) -> int:
+    """A token count as an upstream reports it (anything but a count: 0)."""
+    return value if isinstance(value, int) and value >= 0 else 0
 
 
 class BodyMaker(Protocol):
@@ -205,3 +241,108 @@ class ChatReader(UpstreamReader):
 
     def close(self, finish: str) -> list[Event]:
         return self._repair.close(finish)
+
+
+#: Anthropic stop reasons as chat finish reasons (others pass as they are and are reported).
+FINISH_REASONS = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "max_tokens": "length",
+    "tool_use": "tool_calls",
+}
+
+
+class MessagesReader(ChatReader):
+    """One messages-mode answer: a hosted Anthropic ``/v1/messages`` stream.
+
+    Each event stands for the chat delta it carries (:meth:`choices`): ``text_delta`` is
+    ``content`` and ``thinking_delta`` ``reasoning_content`` (both repaired of leaked DSML
+    as in chat mode), a ``tool_use`` block is an upstream call (its ``input_json_delta``
+    its arguments) and ``message_delta`` the finish (``stop_reason`` mapped by
+    :data:`FINISH_REASONS`, ``stop_sequence`` the stop string met). The thinking block's
+    ``signature_delta`` is kept as :attr:`reasoning_signature`. ``ping``,
+    ``content_block_stop`` and ``message_stop`` carry nothing; an ``error`` event fails the
+    stream where it is decoded (:mod:`.upstream`).
+    """
+
+    def __init__(self, repair: ChatRepair, ids: AnswerIds) -> None:
+        super().__init__(repair, ids)
+        self._calls: dict[int, int] = {}  # block index → the upstream call's index
+        self._signature: list[str] = []
+
+    @property
+    def reasoning_signature(self) -> str | None:
+        return "".join(self._signature) or None
+
+    def choices(self, chunk: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+        kind = chunk.get("type")
+        if kind == "content_block_start":
+            delta = self._block_start(chunk.get("index"), chunk.get("content_block"))
+        elif kind == "content_block_delta":
+            delta = self._block_delta(chunk.get("index"), chunk.get("delta"))
+        elif kind == "message_delta":
+            return [self._finish(chunk.get("delta"))]
+        else:
+            return ()
+        return [{"delta": delta}] if delta else ()
+
+    def usage(self, chunk: Mapping[str, Any]) -> Usage | None:
+        """``message_start`` (``message.usage``: the prompt) and ``message_delta``
+        (``usage``: the output so far); the prompt counts the cached tokens too."""
+        kind = chunk.get("type")
+        message = chunk.get("message")
+        if kind == "message_start" and isinstance(message, Mapping):
+            usage = message.get("usage")
+        elif kind == "message_delta":
+            usage = chunk.get("usage")
+        else:
+            return None
+        if not isinstance(usage, Mapping):
+            return None
+        cached = count(usage.get("cache_read_input_tokens"))
+        prompt = count(usage.get("input_tokens")) + cached
+        prompt += count(usage.get("cache_creation_input_tokens"))
+        return Usage(prompt, count(usage.get("output_tokens")), cached)
+
+    def _block_start(self, index: Any, block: Any) -> dict[str, Any]:
+        if not isinstance(block, Mapping):
+            return {}
+        kind = block.get("type")
+        if kind == "tool_use":
+            call = self._calls.setdefault(index, len(self._calls))
+            function = {"name": block.get("name"), "arguments": ""}
+            return {"tool_calls": [{"index": call, "id": block.get("id"), "function": function}]}
+        if kind == "thinking":
+            self._signature = []  # a later thinking block's signature is the one kept
+            self._signed(block.get("signature"))
+            return {"reasoning_content": block.get("thinking")}
+        if kind == "text":
+            return {"content": block.get("text")}
+        return {}
+
+    def _block_delta(self, index: Any, delta: Any) -> dict[str, Any]:
+        if not isinstance(delta, Mapping):
+            return {}
+        kind = delta.get("type")
+        if kind == "text_delta":
+            return {"content": delta.get("text")}
+        if kind == "thinking_delta":
+            return {"reasoning_content": delta.get("thinking")}
+        if kind == "signature_delta":
+            self._signed(delta.get("signature"))
+            return {}
+        if kind == "input_json_delta" and index in self._calls:
+            function = {"arguments": delta.get("partial_json")}
+            return {"tool_calls": [{"index": self._calls[index], "function": function}]}
+        return {}
+
+    def _signed(self, signature: Any) -> None:
+        if isinstance(signature, str):
+            self._signature.append(signature)
+
+    def _finish(self, delta: Any) -> dict[str, Any]:
+        delta = delta if isinstance(delta, Mapping) else {}
+        reason = delta.get("stop_reason")
+        said = delta.get("stop_sequence")
+        finish = FINISH_REASONS.get(reason, reason) if isinstance(reason, str) else None
+        return {"delta": {}, "finish_reason": finish, "stop_reason": said}

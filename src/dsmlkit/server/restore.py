@@ -12,6 +12,8 @@ every assistant turn with calls the gateway issued gets
   render routes do not show it either);
 * the model's own words where the client did not really change them
   (:func:`.model_turns.reconcile`);
+* the upstream's own signature of the reasoning (``--upstream-api messages``: an
+  Anthropic thinking block's), when the turn's reasoning is the one it signed;
 * the upstream's own ids of the calls whose client got another id, in the calls and in
   the tool results that answer them (:func:`.call_ids.with_upstream_ids`).
 
@@ -100,4 +102,8 @@ def _restored_turn(message: Message, calls: dict[str, ModelCall], result: Restor
             reasoning_sealed=stored.reasoning_hidden,
         )
         result.reasoning += 1
-    return reconcile(message, calls, result.changed)
+    message = reconcile(message, calls, result.changed)
+    signed = next((c for c in calls.values() if c.reasoning_signature is not None), None)
+    if signed is not None and message.reasoning == signed.reasoning:
+        message = replace(message, reasoning_signature=signed.reasoning_signature)
+    return message

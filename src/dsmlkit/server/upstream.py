@@ -479,20 +479,19 @@ class UpstreamClient:
         self,
         endpoint: str,
         body: dict[str, Any],
-        api_key: str | None,
+        auth: Mapping[str, str],
         extra_headers: Mapping[str, str],
         *,
         clients_key: bool = False,
     ) -> UpstreamStream:
-        """Send ``body`` with ``extra_headers`` (the request id, the trace context) and wait
-        for the response headers; a 4xx/5xx raises at once.
+        """Send ``body`` with ``auth`` (the headers that carry the key, as the upstream kind
+        writes them) and ``extra_headers`` (the request id, the trace context) and wait for
+        the response headers; a 4xx/5xx raises at once.
 
-        ``clients_key`` says ``api_key`` is the client's own (forwarded): an upstream 401 or
+        ``clients_key`` says the key is the client's own (forwarded): an upstream 401 or
         403 is then the client's problem, else the gateway's (kind ``auth``).
         """
-        headers = {**extra_headers, "accept": "text/event-stream", "content-type": JSON}
-        if api_key:
-            headers["authorization"] = f"Bearer {api_key}"
+        headers = {**extra_headers, "accept": "text/event-stream", "content-type": JSON, **auth}
         sent_at = time.perf_counter()
         url = self._urls.get(endpoint) or self._urls.setdefault(endpoint, URL(endpoint))
         data = _json_body(body)
@@ -556,11 +555,12 @@ class UpstreamClient:
             trace_request_ctx=attempt,
         )
 
-    async def get_json(self, url: str, api_key: str | None, body: Any = None) -> Any:
-        """GET (or, with ``body``, POST) ``url`` and decode its JSON answer, within the
-        upstream timeout; every failure raises :class:`UpstreamError`, whose message
-        names the engine's route (``the engine's /tokenize``), not the URL."""
-        headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    async def get_json(self, url: str, auth: Mapping[str, str], body: Any = None) -> Any:
+        """GET (or, with ``body``, POST) ``url`` with ``auth`` (the headers that carry the
+        key) and decode its JSON answer, within the upstream timeout; every failure raises
+        :class:`UpstreamError`, whose message names the engine's route (``the engine's
+        /tokenize``), not the URL."""
+        headers = dict(auth)
         said = f"the engine's {urlsplit(url).path or '/'}"
         shown = redacted(url)
         method, data = ("GET", None) if body is None else ("POST", _json_body(body))

@@ -10,7 +10,10 @@ place that does.
   text that streams back is fed into one parser per request.
 * :class:`Chat` (``chat``): the request goes to a hosted ``/v1/chat/completions`` as chat,
   its ``tool_calls`` pass through and DSML leaked into ``content`` / ``reasoning_content``
-  is repaired into calls (:mod:`.chat_repair`).
+  is repaired into calls (:mod:`dsmlkit.parse.chat_repair`).
+* :class:`Messages` (``messages``): the request goes to a hosted Anthropic
+  ``/v1/messages`` (:mod:`dsmlkit.api.anthropic_upstream`), its ``tool_use`` blocks pass
+  through and DSML leaked into its text and thinking blocks is repaired the same way.
 
 What a kind needs of the server to plan (the rendered prompt, its length) it asks of
 :class:`PlanInputs`, which the plan stage (:mod:`.plan`) provides.
@@ -25,12 +28,19 @@ from functools import partial
 from typing import Any, ClassVar, Protocol
 
 from dsmlkit.api import ChatRequest, to_openai_chat_body
+from dsmlkit.api.anthropic_upstream import to_anthropic_body
 from dsmlkit.parse.chat_repair import ChatRepair
 from dsmlkit.render import RenderResult
 from dsmlkit.render.tokens import PromptTokenizer
 from dsmlkit.server.call_ids import AnswerIds
-from dsmlkit.server.forced import call_opener, chat_fallback_body
-from dsmlkit.server.readers import ChatReader, CompletionsReader, UpstreamPrompt, UpstreamReader
+from dsmlkit.server.forced import call_opener, fallback_body
+from dsmlkit.server.readers import (
+    ChatReader,
+    CompletionsReader,
+    MessagesReader,
+    UpstreamPrompt,
+    UpstreamReader,
+)
 
 #: Keeps DSML intact in vLLM-style engines: the ｜DSML｜ marker and <think> tokens are special
 #: tokens, which these engines otherwise drop or space out when detokenizing.
@@ -118,7 +128,7 @@ class Prompt:
 class UpstreamPlan:
     """One gateway request, ready to send: the first upstream body, the reader of the
     upstream's output, and the usage known before sending. ``fallback_body`` is retried
-    once when the upstream answers 400 (:func:`.forced.chat_fallback_body`). What reaches
+    once when the upstream answers 400 (:func:`.forced.fallback_body`). What reaches
     the client passes a :class:`~.fold.CallGate` in every mode."""
 
     req: ChatRequest
@@ -174,6 +184,11 @@ class UpstreamKind(ABC):
     @abstractmethod
     async def plan(self, inputs: PlanInputs) -> UpstreamPlan:
         """The plan for one typed request."""
+
+    def auth_headers(self, key: str | None) -> dict[str, str]:
+        """The headers of an upstream request sent with ``key`` (None: no key): a bearer
+        token."""
+        return {"authorization": f"Bearer {key}"} if key else {}
 
 
 class Completions(UpstreamKind):
@@ -286,10 +301,65 @@ class Chat(UpstreamKind):
             partial(req.new_parser, "content"), ids.client_id, pass_fields=req.api.chat_form
         )
         reader = ChatReader(repair, ids)
-        fallback = chat_fallback_body(req, upstream_body)
+        names = [_tool_name(tool.get("function")) for tool in upstream_body.get("tools") or ()]
+        fallback = fallback_body(req, upstream_body, "auto", names)
         return UpstreamPlan(req, upstream_body, reader, None, fallback)
 
 
+class Messages(UpstreamKind):
+    """A hosted Anthropic ``/v1/messages`` (DeepSeek's ``…/anthropic``): a Messages body as
+    it came with its ``system`` and ``messages`` written from the typed conversation (the
+    thinking blocks a client holds carry the gateway's signatures; the upstream gets its
+    own back, :mod:`.restore`), any other request converted
+    (:func:`~dsmlkit.api.anthropic_upstream.to_anthropic_body`). The key goes as
+    ``x-api-key``, with ``anthropic-version``. Calls get ids as in chat mode."""
+
+    name = "messages"
+    route = "/messages"
+    reads_token_ids = False
+    #: The ``anthropic-version`` header sent.
+    version = "2023-06-01"
+
+    def engine_model(self, served: Sequence[str], fallback: str) -> str | None:
+        return None
+
+    def auth_headers(self, key: str | None) -> dict[str, str]:
+        headers = {"anthropic-version": self.version}
+        if key:
+            headers["x-api-key"] = key
+        return headers
+
+    async def plan(self, inputs: PlanInputs) -> UpstreamPlan:
+        req = inputs.req
+        if req.server_tools:
+            raise req.server_tools[0].not_representable(req.api.name, "Anthropic Messages")
+        converted = to_anthropic_body(req)
+        if req.api.messages_form:
+            upstream_body = {**inputs.body, "messages": converted["messages"]}
+            upstream_body.pop("system", None)
+            if "system" in converted:
+                upstream_body["system"] = converted["system"]
+        else:
+            upstream_body = converted
+        upstream_body["stream"] = True
+        if inputs.engine_model is not None:
+            upstream_body["model"] = inputs.engine_model
+        ids = AnswerIds(req.api.call_ids(), inputs.call_ids)
+        repair = ChatRepair(partial(req.new_parser, "content"), ids.client_id)
+        reader = MessagesReader(repair, ids)
+        names = [tool.get("name") for tool in upstream_body.get("tools") or ()]
+        fallback = fallback_body(req, upstream_body, {"type": "auto"}, names)
+        return UpstreamPlan(req, upstream_body, reader, None, fallback)
+
+
+def _tool_name(function: Any) -> str | None:
+    """The name of a chat tool's ``function`` (None: it has none)."""
+    name = function.get("name") if isinstance(function, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
 #: The ``--upstream-api`` names and their kinds; the first is the default.
-UPSTREAM_KINDS: Mapping[str, UpstreamKind] = {kind.name: kind for kind in (Completions(), Chat())}
+UPSTREAM_KINDS: Mapping[str, UpstreamKind] = {
+    kind.name: kind for kind in (Completions(), Chat(), Messages())
+}
 DEFAULT_UPSTREAM_KIND = Completions.name
