@@ -131,9 +131,12 @@ class TextPart:
 
 @dataclass(frozen=True)
 class ImagePart:
-    """An image; the prompt holds a placeholder token, the pixels travel separately."""
+    """An image; the prompt holds a placeholder token, the pixels travel separately.
+
+    ``param`` is where the request gives it (``messages[2].content[1]``), for errors."""
 
     url: str | None = None
+    param: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)
@@ -713,7 +716,7 @@ def _part(field: Field, role: str) -> Part:
     if kind in _IMAGE_TYPES:
         image = raw.get("image_url")
         url = image.get("url") if isinstance(image, Mapping) else None
-        return ImagePart(url if isinstance(url, str) else None)
+        return ImagePart(url if isinstance(url, str) else None, field.path)
     return tool_reference(field)
 
 
