@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import base64
 import json
 import struct
-import zlib
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from dsmlkit.render.images import (
     data_url_bytes,
     image_tokens,
 )
+from tests.images import data_url, png
 
 IMAGES = Path(__file__).parent / "data" / "images"
 
@@ -77,29 +76,6 @@ def test_no_image_costs_more_than_the_budget() -> None:
     for width in (1, 7, 14, 42, 43, 500, 1343, 4096, 65535):
         for height in (1, 3, 41, 42, 999, 2048, 65535):
             assert 4 <= image_tokens(ImageSize(width, height), V41_VISION) <= 1024
-
-
-def png(width: int, height: int, *chunks: tuple[bytes, bytes]) -> bytes:
-    """A valid grey PNG of that size, with ``chunks`` (type, data) after its header."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        crc = zlib.crc32(kind + data)
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
-    pixels = zlib.compress(b"\x00" * (width + 1) * height)
-    extra = b"".join(chunk(kind, data) for kind, data in chunks)
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + extra
-        + chunk(b"IDAT", pixels)
-        + chunk(b"IEND", b"")
-    )
-
-
-def data_url(data: bytes, media_type: str = "image/png") -> str:
-    return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
 
 
 @pytest.mark.parametrize("name", sorted(json.loads((IMAGES / "sizes.json").read_text())))
