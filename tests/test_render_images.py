@@ -7,6 +7,8 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsmlkit.dialects import V41_VISION, Vision
 from dsmlkit.errors import InvalidRequest
@@ -120,6 +122,8 @@ def test_a_gif_with_a_colour_table_reads_past_it() -> None:
         (b"\xff\xd8\xff\xe0\x00\x04ab\xff\xda\x00\x02", "no frame header"),
         (b"\xff\xd8\xff\xc0\x00\x11\x08", "ends inside its header"),
         (b"\xff\xd8junk", "JPEG marker was expected"),
+        (b"\xff\xd8\xff\xe0\x00\x01", "a length of 1"),
+        (b"\xff\xd8\xff\xc0\x00\x04ab\xff\xda", "frame header is too short"),
         (b"RIFF\x0c\x00\x00\x00WEBPJUNK\x00\x00\x00\x00", "no VP8, VP8L or VP8X"),
         (b"RIFF\x0c\x00\x00\x00WEBPVP8L\x05\x00\x00\x00\x00abcd", "no signature"),
         (b"GIF89a\x01", "ends inside its header"),
@@ -128,6 +132,31 @@ def test_a_gif_with_a_colour_table_reads_past_it() -> None:
 def test_what_is_not_a_readable_image_says_why(data: bytes, says: str) -> None:
     with pytest.raises(UnreadableImage, match=says):
         ImageHeader(data).size()
+
+
+SIGNATURES = [b"\x89PNG\r\n\x1a\n", b"\xff\xd8", b"RIFF\x00\x00\x00\x00WEBP", b"GIF89a", b""]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(SIGNATURES), st.binary(max_size=200))
+def test_any_bytes_give_a_size_or_say_why(signature: bytes, rest: bytes) -> None:
+    try:
+        size = ImageHeader(signature + rest).size()
+    except UnreadableImage:
+        return
+    assert size.width >= 1 and size.height >= 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 90), st.binary(min_size=1, max_size=8))
+def test_a_damaged_fixture_gives_a_size_or_says_why(cut: int, junk: bytes) -> None:
+    for name in ("exif6.jpg", "xmp6.webp", "exif6.png", "plain.gif"):
+        data = (IMAGES / name).read_bytes()
+        try:
+            ImageHeader(data[:cut] + junk + data[cut + len(junk) :]).size()
+            ImageHeader(data[:cut]).size()
+        except UnreadableImage:
+            pass
 
 
 def test_data_urls_base64_and_percent_encoded() -> None:

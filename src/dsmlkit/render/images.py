@@ -153,8 +153,12 @@ class ImageHeader:
             if marker == 0xDA:  # start of scan: the header is over
                 break
             (length,) = struct.unpack(">H", self._cut(position, 2))
+            if length < 2:
+                raise UnreadableImage(f"a JPEG segment has a length of {length}")
             body = self._cut(position + 2, length - 2)
             if marker in _SOF:
+                if len(body) < 5:
+                    raise UnreadableImage("the JPEG frame header is too short")
                 height, width = struct.unpack(">HH", body[1:5])
                 size = (width, height)
             elif marker == 0xE1 and body.startswith(_EXIF) and self._exif is None:
