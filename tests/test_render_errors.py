@@ -194,7 +194,7 @@ def test_response_format_given_twice_is_an_error() -> None:
         (
             {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "u"}}]},
             "messages[0].content[0]",
-            "no image placeholder",
+            "has no image token",
         ),
     ],
 )

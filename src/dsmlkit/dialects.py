@@ -111,6 +111,30 @@ class EffortTable:
 
 
 @dataclass(frozen=True)
+class Vision:
+    """How a vision checkpoint spends prompt tokens on an image: the settings of its image
+    processor (the figures of vLLM 0.34's DeepSeek-V4.1 config defaults).
+
+    An image is scaled up to at least ``min_pixels`` pixels, cut into ``patch_size``-pixel
+    patches, and ``downsample_ratio`` patches a side make one token; a grid of more than
+    ``max_tokens`` tokens is shrunk (aspect kept) until it fits. ``max_wh_ratio``: images
+    wider than that many heights are narrowed to it first (None: never).
+    """
+
+    patch_size: int = 14
+    downsample_ratio: int = 3
+    max_tokens: int = 1024
+    min_pixels: int = 295936
+    max_wh_ratio: float | None = None
+
+
+#: DeepSeek-V4.1's image processor settings (vLLM 0.34 ``DeepseekV41Config``'s defaults:
+#: ``patch_size`` 14, ``downsample_ratio`` 3, ``max_image_tokens`` 1024, ``min_pixels``
+#: 295936, ``max_wh_ratio`` unset).
+V41_VISION = Vision()
+
+
+@dataclass(frozen=True)
 class Dialect:
     """Everything about one DeepSeek DSML dialect that the renderer and parser need.
 
@@ -126,6 +150,8 @@ class Dialect:
       ``{think_open}``, ``{think_close}`` and ``{{tool_schemas}}``.
     * ``effort_tables``: the checkpoints' reasoning-effort tables; the first is the
       default; none means the dialect has no effort levels.
+    * ``vision``: how its vision checkpoints count image tokens; None: the dialect has no
+      image token (V3.2), so a request with an image cannot be rendered for it.
     """
 
     name: str
@@ -136,6 +162,7 @@ class Dialect:
     system_token: bool = False
     tools_sections: tuple[tuple[str, str], ...] = ()
     effort_tables: tuple[EffortTable, ...] = ()
+    vision: Vision | None = None
     #: ``tools_sections`` with the tags filled in, made once with the value (the renderer
     #: asks for one on every request with tools).
     filled_sections: tuple[tuple[str, str], ...] = field(init=False, repr=False, compare=False)
@@ -368,6 +395,7 @@ V4 = Dialect(
     parameter="parameter",
     tools_sections=(("official", _V4_TOOLS),),
     effort_tables=(_V4_PREVIEW, _V4_0731),
+    vision=V41_VISION,
 )
 V4_1 = Dialect(
     name="v4.1",
@@ -377,6 +405,7 @@ V4_1 = Dialect(
     system_token=True,
     tools_sections=(("official", _V4_TOOLS),),
     effort_tables=(_V41_RELEASE, _V41_PREVIEW),
+    vision=V41_VISION,
 )
 
 DIALECTS: dict[str, Dialect] = {d.name: d for d in (V3_2, V4, V4_1)}

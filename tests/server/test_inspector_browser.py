@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import httpx
@@ -23,6 +23,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.helpers import v41_tokenizer_file
+from tests.images import data_url, png
 from tests.server.process import serve_process
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -190,13 +191,15 @@ RENDER_REQUEST = {
 }
 
 
-def _render(browser: WebDriver, url: str) -> dict[str, object]:
+def _render(
+    browser: WebDriver, url: str, request: Mapping[str, object] = RENDER_REQUEST
+) -> dict[str, object]:
     expected: dict[str, object] = httpx.post(
-        url + "/v1/chat/completions/render", json=RENDER_REQUEST
+        url + "/v1/chat/completions/render", json=request
     ).json()
     _open(browser, url)
     Select(browser.find_element(By.ID, "api")).select_by_value("chat")
-    _type(browser, "request", json.dumps(RENDER_REQUEST))
+    _type(browser, "request", json.dumps(request))
     browser.find_element(By.ID, "render").click()
     WebDriverWait(browser, 10).until(
         lambda b: b.find_element(By.ID, "render-result").is_displayed()
@@ -218,6 +221,23 @@ def test_render_shows_the_prompt_specials_and_token_count(
     assert specials == [prompt[a:b] for a, b in spans]
     assert "<｜System｜>" in specials
     assert specials.count("<｜User｜>") == 1  # the one the user typed is text, not a token
+
+
+def test_render_counts_an_images_span_by_its_size(browser: WebDriver, v41_tokenizer: str) -> None:
+    image = {"type": "image_url", "image_url": {"url": data_url(png(1024, 1024))}}
+    content = [{"type": "text", "text": "Look:"}, image]
+    request = {"model": "m", "messages": [{"role": "user", "content": content}]}
+    # a tokenizer with V4.1's image placeholder: the prompt goes as ids
+    with serve_process("--tokenizer", v41_tokenizer) as (_, url):
+        expected = _render(browser, url, request)
+        shown = browser.find_element(By.ID, "token-count").text
+        note = browser.find_element(By.ID, "token-note").text
+    token_ids = expected["token_ids"]
+    assert isinstance(token_ids, list)
+    # the placeholder becomes V4.1's 652 tokens for a 1024x1024 image
+    assert expected["prompt_tokens"] == len(token_ids) - 1 + 652
+    assert shown == str(len(token_ids) - 1 + 652)
+    assert "652 of them for 1 image(s)" in note
 
 
 def test_render_counts_a_text_prompt_with_the_tokenizer(

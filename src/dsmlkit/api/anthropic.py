@@ -145,9 +145,10 @@ def _image_part(block: Field) -> ImagePart:
     source = block["source"]
     kind = source["type"].choice(("base64", "url"))
     if kind == "url":
-        return ImagePart(source["url"].nonempty_string())
+        return ImagePart(source["url"].nonempty_string(), block.path)
     media_type = source["media_type"].nonempty_string()
-    return ImagePart(f"data:{media_type};base64,{source['data'].nonempty_string()}")
+    data = source["data"].nonempty_string()
+    return ImagePart(f"data:{media_type};base64,{data}", block.path)
 
 
 def _document_part(block: Field) -> TextPart:

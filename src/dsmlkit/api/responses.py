@@ -255,7 +255,7 @@ def _parts(content: Field, allowed: Sequence[str]) -> tuple[Part, ...]:
 def _image(part: Field) -> ImagePart:
     if not part["image_url"].present:
         raise part.error("only images given by image_url (an https or data URL) can be rendered")
-    return ImagePart(part["image_url"].nonempty_string())
+    return ImagePart(part["image_url"].nonempty_string(), part.path)
 
 
 class _Input:

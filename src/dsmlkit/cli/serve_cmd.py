@@ -219,6 +219,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "answer 400 (reject)",
     )
     add(
+        "--images",
+        choices=("route", "refuse"),
+        default="route",
+        help="a request with images to a completions upstream (whose /v1/completions takes "
+        "none): send that request to the engine's chat endpoint, which renders it (route, "
+        "default; the x-dsmlkit-upstream header says so), or answer 400 naming the image "
+        "(refuse)",
+    )
+    add(
         "--state-max-mb",
         metavar="MB",
         type=_positive(float),
@@ -333,6 +342,7 @@ def run(args: argparse.Namespace) -> int:
             state_max_bytes=int(args.state_max_mb * 1024 * 1024),
             state_secret=os.environ.get(STATE_SECRET_ENV) or None,
             max_tokens_policy=args.max_tokens_policy,
+            images=args.images,
             parse_max_deltas=args.parse_max_deltas,
         )
     except ConfigError as exc:

@@ -98,9 +98,12 @@ class TextPart:
 
 @dataclass(frozen=True)
 class ImagePart:
-    """An image; the prompt holds a placeholder token, the pixels travel separately."""
+    """An image; the prompt holds a placeholder token, the pixels travel separately.
+
+    ``param`` is where the request gives it (``messages[2].content[1]``), for errors."""
 
     url: str | None = None
+    param: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True)

@@ -315,7 +315,7 @@ def _part(field: Field, role: str) -> Part:
     if kind in _IMAGE_TYPES:
         image = raw.get("image_url")
         url = image.get("url") if isinstance(image, Mapping) else None
-        return ImagePart(url if isinstance(url, str) else None)
+        return ImagePart(url if isinstance(url, str) else None, field.path)
     return tool_reference(field)
 
 

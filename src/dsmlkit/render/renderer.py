@@ -306,7 +306,13 @@ def resolve_dialect(dialect: str | Dialect) -> Dialect:
 
 
 def _check_dialect_support(conversation: Sequence[Message], dialect: Dialect) -> None:
-    """The V3.2 layout has no latest_reminder, tasks or image placeholder."""
+    """The V3.2 layout has no latest_reminder or tasks, and a dialect without ``vision``
+    no image placeholder."""
+    if dialect.vision is None:
+        for message in conversation:
+            for part in message.parts:
+                if isinstance(part, ImagePart):
+                    raise no_image_token(dialect, part)
     if dialect.layout != "v3.2":
         return
     for message in conversation:
@@ -316,12 +322,15 @@ def _check_dialect_support(conversation: Sequence[Message], dialect: Dialect) ->
             )
         if message.task is not None:
             raise InvalidRequest("tasks need the v4 or v4.1 dialect", f"{message.param}.task")
-        for i, part in enumerate(message.parts):
-            if isinstance(part, ImagePart):
-                raise InvalidRequest(
-                    "v3.2 has no image placeholder; images need the v4 or v4.1 dialect",
-                    f"{message.param}.content[{i}]",
-                )
+
+
+def no_image_token(dialect: Dialect, image: ImagePart) -> InvalidRequest:
+    """The refusal of an image for a dialect that has no image token."""
+    return InvalidRequest(
+        f"{dialect.name} has no image token, so its models cannot read images; send this "
+        "image to a model served with the v4 or v4.1 dialect (--dialect), or leave it out",
+        image.param,
+    )
 
 
 class _Writer:

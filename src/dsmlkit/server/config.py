@@ -32,6 +32,11 @@ else:  # pragma: no cover - Python 3.10
 MaxTokensPolicy = Literal["clamp", "reject"]
 MAX_TOKENS_POLICIES: tuple[MaxTokensPolicy, ...] = ("clamp", "reject")
 
+#: What to do with a request that carries images when the model's upstream kind cannot
+#: take them (``/v1/completions``): send it to the engine's chat endpoint, or refuse it.
+ImagesPolicy = Literal["route", "refuse"]
+IMAGES_POLICIES: tuple[ImagesPolicy, ...] = ("route", "refuse")
+
 #: ``--tokenizer none`` turns token ids off (prompts go upstream as text).
 NO_TOKENIZER = "none"
 
@@ -174,6 +179,15 @@ class ModelConfig:
             return base + route
         return base + "/v1" + route
 
+    def endpoint_of(self, kind: UpstreamKind) -> str | None:
+        """Where a request that ``kind`` plans goes: :attr:`upstream_endpoint` for the
+        model's own kind, else that kind's route beside it (a request with images routed
+        to ``…/v1/chat/completions``)."""
+        if kind is self.kind:
+            return self.upstream_endpoint
+        base = self.upstream_api_base
+        return None if base is None else base + kind.route
+
     @property
     def shown_endpoint(self) -> str | None:
         """:attr:`upstream_endpoint` fit to print (no credentials, see :func:`redacted`)."""
@@ -209,7 +223,8 @@ class ServerConfig:
     request body; on a stop signal, streams still open after ``shutdown_grace`` seconds end
     with an error event. ``max_tokens_policy``: a ``max_tokens`` larger than the engine's
     context leaves after the prompt is lowered to fit (``clamp``, noted) or a 400
-    (``reject``).
+    (``reject``). ``images``: a request with images to a model whose upstream kind takes none
+    goes to the engine's chat endpoint (``route``) or is a 400 (``refuse``).
     """
 
     dialect: str = DEFAULT_DIALECT.name
@@ -238,6 +253,7 @@ class ServerConfig:
     #: opens (:mod:`.sealing`); default: random.
     state_secret: str | None = None
     max_tokens_policy: MaxTokensPolicy = "clamp"
+    images: ImagesPolicy = "route"
     #: Most deltas one ``/v1/parse`` request's ``chunk_size`` may split its text into: each
     #: costs about 600 bytes of memory while the answer is built, whatever the body size.
     parse_max_deltas: int = 20_000
@@ -254,6 +270,8 @@ class ServerConfig:
                 f"must be 'clamp' or 'reject', not {self.max_tokens_policy!r}",
                 "max_tokens_policy",
             )
+        if self.images not in IMAGES_POLICIES:
+            raise ConfigError(f"must be 'route' or 'refuse', not {self.images!r}", "images")
         for name in (
             "upstream_timeout",
             "upstream_deadline",

@@ -31,11 +31,21 @@ from dsmlkit.server.metrics import CONTENT_TYPE
 from dsmlkit.server.observer import observer_of
 from dsmlkit.server.offload import run_for_body
 from dsmlkit.server.pipeline import read_request, resolve_model, restore_state
-from dsmlkit.server.plan import prompt_length, render_prompt
+from dsmlkit.server.plan import (
+    image_count,
+    image_route_note,
+    prompt_length,
+    render_prompt,
+    with_images,
+)
 from dsmlkit.server.state import ServedModel, ServerState, state_of
 from dsmlkit.server.upstream_kinds import Prompt
 
 router = APIRouter()
+
+#: On a count that leaves out images of unknown size (``http(s)`` URLs: each counted as its
+#: placeholder token alone, so the count is a lower bound): how many.
+UNCOUNTED_IMAGES_HEADER = "x-dsmlkit-uncounted-images"
 
 #: Anthropic requires max_tokens on /v1/messages but not on count_tokens.
 _COUNT_TOKENS_MAX_TOKENS = 1
@@ -149,6 +159,10 @@ async def _render(request: Request, api: ClientApi[Any]) -> dict[str, Any]:
     restored for an answer that omitted it) is never shown: the prompt holds
     :data:`SEALED_MARKER` in its place and ``token_ids`` is null (they would spell it out);
     ``prompt_tokens`` still counts the real prompt.
+
+    ``prompt_tokens`` counts each image's span as the engine expands it (``images``: how
+    many, the tokens their spans take, the paths of those whose size is unknown here, for
+    which ``prompt_tokens`` is null).
     """
     state, observer = state_of(request), observer_of(request)
     sent, size = await read_json(request)
@@ -165,8 +179,12 @@ async def _render(request: Request, api: ClientApi[Any]) -> dict[str, Any]:
     if betas:
         notes.append(f"{api.beta_header} ({betas}): accepted; changes nothing in the prompt")
     ids = prepared.token_ids
-    if ids is not None:
-        observer.prompt(len(ids))
+    images = await run_for_body(size, image_count, req)
+    prompt_tokens = with_images(None if ids is None else len(ids), images)
+    if prompt_tokens is not None:
+        observer.prompt(prompt_tokens)
+    if images.images and not model.kind.carries_images:
+        notes.append(image_route_note(state, model))
     shown, shown_ids = prepared, ids
     sealed = [m.param for m in req.conversation.messages if m.reasoning_sealed]
     if sealed:
@@ -182,7 +200,8 @@ async def _render(request: Request, api: ClientApi[Any]) -> dict[str, Any]:
         "model": req.model,
         "prompt": shown.encoded.text,
         "token_ids": shown_ids,
-        "prompt_tokens": len(ids) if ids is not None else None,
+        "prompt_tokens": prompt_tokens,
+        "images": images.as_json() if images.images else None,
         "output_starts_in": result.output_starts_in,
         "dialect": result.dialect,
         "sampling_params": prepared.sampling_params(),
@@ -291,14 +310,17 @@ async def count_tokens(request: Request) -> JSONResponse:
     observer.restored(restored)
     req = restored.req
     prepared = await run_for_body(size, render_prompt, state, model, req)
+    images = await run_for_body(size, image_count, req)
     count = await prompt_length(state, model, prepared, state.upstream_key)
     if count is None:
         tokenizer = model.require_tokenizer()
         text = prepared.encoded.text
         count = len(await anyio.to_thread.run_sync(tokenizer.encode_text, text, True))
+    count += images.extra
     observer.prompt(count)
     usage = {"input_tokens": count, "context_management": {"original_input_tokens": count}}
-    return JSONResponse(usage)
+    headers = {UNCOUNTED_IMAGES_HEADER: str(len(images.uncounted))} if images.uncounted else None
+    return JSONResponse(usage, headers=headers)
 
 
 @router.post("/v1/parse")

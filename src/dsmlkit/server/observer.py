@@ -161,8 +161,10 @@ class RequestObserver:
             record.history_changed = restored.changed
             errors.append(restored.error)
         if self._plan is not None:
-            record.upstream_wait = self._plan.tokenize_seconds
-            record.prompt_tokens = self._plan.prompt_tokens
+            plan = self._plan
+            record.upstream_wait = plan.tokenize_seconds
+            record.prompt_tokens = plan.prompt_tokens
+            record.upstream_route = plan.rerouted.header if plan.rerouted is not None else None
         if self._upstream is not None and self._upstream.fell_back:
             record.diagnostics["tool_choice_fallback"] += 1
         if self._figures is not None:

@@ -66,7 +66,7 @@ from dsmlkit.server.response_store import save, stored_history, unreadable_histo
 from dsmlkit.server.restore import Restored, restore
 from dsmlkit.server.state import ServedModel, ServerState, state_of
 from dsmlkit.server.state_store import StateStoreUnavailable
-from dsmlkit.server.upstream_kinds import UpstreamPlan
+from dsmlkit.server.upstream_kinds import UPSTREAM_HEADER, UpstreamPlan
 
 LOGGER = logging.getLogger("dsmlkit.server")
 T = TypeVar("T")
@@ -107,10 +107,15 @@ async def answer(request: Request, api: ClientApi[Any]) -> Response:
     observer.gateway(model.name, req, state.metrics)
     plan = await plan_upstream(state, model, restored, sent, route.key, size)
     observer.planned(plan)
+    rerouted = plan.rerouted
+    if rerouted is not None:
+        route = route.sent_by(rerouted.kind)
     upstream = Upstream(route, observer.upstream_headers())
     observer.sending(upstream)
     await upstream.open(plan)
     headers = _clamp_note(plan, model, observer.request_id)
+    if rerouted is not None:
+        headers[UPSTREAM_HEADER] = rerouted.header
     outcome = Outcome()
     observer.folding(outcome)
     events = fold(upstream, plan, outcome, state.reasoning, restored.digests, observer.request_id)

@@ -87,6 +87,9 @@ class RequestRecord:
     history_changed: Counter[str] = field(default_factory=Counter)
     #: Why the state store could not be used, if it could not.
     state_error: str | None = None
+    #: Where a request went instead of its model's own upstream route, and why
+    #: (``chat; reason=image``: it carries images; the ``x-dsmlkit-upstream`` header's value).
+    upstream_route: str | None = None
     error_type: str | None = None
     error_message: str | None = None
     duration: float = 0.0
@@ -145,6 +148,7 @@ class RequestRecord:
             "reasoning_restored": self.reasoning_restored or None,
             "history_changed": dict(self.history_changed) or None,
             "state_error": self.state_error,
+            "upstream_route": self.upstream_route,
             "error": self.error_type,
             "error_message": self.error_message,
         }

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
@@ -275,6 +275,12 @@ class Route:
     client: UpstreamClient
     key: str | None
     forwarded: bool
+
+    def sent_by(self, kind: UpstreamKind) -> Route:
+        """This route for a request that ``kind`` planned (its own route beside the
+        model's endpoint, when it is not the model's kind)."""
+        endpoint = self.model.config.endpoint_of(kind)
+        return self if endpoint is None else replace(self, endpoint=endpoint)
 
 
 def client_keys(headers: Mapping[str, str]) -> list[str]:

@@ -16,7 +16,9 @@ place that does.
   through and DSML leaked into its text and thinking blocks is repaired the same way.
 
 What a kind needs of the server to plan (the rendered prompt, its length) it asks of
-:class:`PlanInputs`, which the plan stage (:mod:`.plan`) provides.
+:class:`PlanInputs`, which the plan stage (:mod:`.plan`) provides. A kind whose route takes
+no images (``carries_images`` false) names the kind a request with images goes to instead
+(:meth:`UpstreamKind.image_kind`); the plan stage decides per request.
 """
 
 from __future__ import annotations
@@ -125,6 +127,24 @@ class Prompt:
 
 
 @dataclass(frozen=True)
+class Reroute:
+    """A request planned by another ``kind`` than its model's own, and why (``reason``:
+    ``image``); :attr:`header` says so to the client."""
+
+    kind: UpstreamKind
+    reason: str
+
+    @property
+    def header(self) -> str:
+        """The value of :data:`UPSTREAM_HEADER`: ``chat; reason=image``."""
+        return f"{self.kind.name}; reason={self.reason}"
+
+
+#: The response header of a request sent to another upstream route than its model's own.
+UPSTREAM_HEADER = "x-dsmlkit-upstream"
+
+
+@dataclass(frozen=True)
 class UpstreamPlan:
     """One gateway request, ready to send: the first upstream body, the reader of the
     upstream's output, and the usage known before sending. ``fallback_body`` is retried
@@ -138,6 +158,8 @@ class UpstreamPlan:
     fallback_body: dict[str, Any] | None = None
     #: The seconds spent on the engine's count of the prompt (None: not asked).
     tokenize_seconds: float | None = None
+    #: Set when another kind than the model's own planned it (a request with images).
+    rerouted: Reroute | None = None
 
 
 class PlanInputs(Protocol):
@@ -170,11 +192,17 @@ class PlanInputs(Protocol):
 class UpstreamKind(ABC):
     """One ``--upstream-api``: its ``name``, the ``route`` its requests go to, and how a
     typed request becomes an :class:`UpstreamPlan`. ``reads_token_ids``: the engine's
-    ``/tokenize`` is read at startup (prompts may go as ids)."""
+    ``/tokenize`` is read at startup (prompts may go as ids). ``carries_images``: a
+    request's images reach the engine through ``route``."""
 
     name: ClassVar[str]
     route: ClassVar[str]
     reads_token_ids: ClassVar[bool]
+    carries_images: ClassVar[bool] = True
+
+    def image_kind(self) -> UpstreamKind:
+        """The kind that plans a request with images: this one when it carries them."""
+        return self
 
     @abstractmethod
     def engine_model(self, served: Sequence[str], fallback: str) -> str | None:
@@ -200,6 +228,11 @@ class Completions(UpstreamKind):
     name = "completions"
     route = "/completions"
     reads_token_ids = True
+    carries_images = False
+
+    def image_kind(self) -> UpstreamKind:
+        """The engine's chat endpoint: ``/v1/completions`` takes no images."""
+        return CHAT_KIND
 
     def engine_model(self, served: Sequence[str], fallback: str) -> str | None:
         return served[0] if served else fallback
@@ -358,8 +391,10 @@ def _tool_name(function: Any) -> str | None:
     return name if isinstance(name, str) else None
 
 
+#: The kind that carries the images of a completions model's requests.
+CHAT_KIND = Chat()
 #: The ``--upstream-api`` names and their kinds; the first is the default.
 UPSTREAM_KINDS: Mapping[str, UpstreamKind] = {
-    kind.name: kind for kind in (Completions(), Chat(), Messages())
+    kind.name: kind for kind in (Completions(), CHAT_KIND, Messages())
 }
 DEFAULT_UPSTREAM_KIND = Completions.name

@@ -253,14 +253,26 @@ async function render() {
     const spans = (answer.special_spans || []).map(([start, end]) => [start, end, "special"]);
     paintSpans($("prompt"), prompt, spans);
     let note = "";
-    let count = answer.token_ids ? answer.token_ids.length : null;
-    if (count === null) {
+    const images = answer.images;
+    let count = answer.prompt_tokens;
+    if (count === null && answer.token_ids) {
+      count = answer.token_ids.length;
+    } else if (count === null) {
       const counted = await post(
         "/tokenize",
         JSON.stringify({ model: answer.model, prompt, add_special_tokens: false }),
       );
-      count = counted.count;
+      // each image's placeholder counted once, its span in its place
+      const placeholders = images ? images.count - images.uncounted.length : 0;
+      count = counted.count + (images ? images.tokens - placeholders : 0);
       note = "(counted from the prompt text: this server sends it as text)";
+    }
+    if (images) {
+      note += ` (${images.tokens} of them for ${images.count} image(s)`;
+      if (images.uncounted.length) {
+        note += `; at least: the size of ${images.uncounted.join(", ")} is not known here`;
+      }
+      note += ")";
     }
     $("token-count").textContent = String(count);
     $("token-note").textContent = note;
