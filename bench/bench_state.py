@@ -51,8 +51,7 @@ from tests.server.loopback import serve_in_thread  # noqa: E402
 from dsmlkit.api import ChatRequest, parse_request  # noqa: E402
 from dsmlkit.parse import ReasoningDelta, ToolCallEnd  # noqa: E402
 from dsmlkit.server.fold import AnswerTracker  # noqa: E402
-from dsmlkit.server.model_turns import Digests  # noqa: E402
-from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner  # noqa: E402
+from dsmlkit.server.reasoning_store import Digests, ReasoningMemory, ThinkingSigner  # noqa: E402
 from dsmlkit.server.restore import restore  # noqa: E402
 from dsmlkit.server.state_store import StateStore, open_store  # noqa: E402
 

@@ -13,8 +13,14 @@ import pytest
 from dsmlkit.api import ReadContext, SealError, api_named
 from dsmlkit.parse import ReasoningDelta, ToolCallEnd
 from dsmlkit.server.fold import AnswerTracker
-from dsmlkit.server.model_turns import Digests
-from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
+from dsmlkit.server.model_turns import ModelCall
+from dsmlkit.server.reasoning_store import (
+    Digests,
+    Found,
+    ReasoningMemory,
+    ThinkingSigner,
+    Written,
+)
 from dsmlkit.server.restore import Restored, restore
 from dsmlkit.server.sealing import KeyRing
 from dsmlkit.server.state_store import (
@@ -294,19 +300,23 @@ def test_anthropic_thinking_is_kept_only_when_signed(thinking: Any, reasoning: s
     assert [call.id for call in turn.tool_calls] == [TOOLU_1]
 
 
-def test_remember_with_a_dead_store_returns_the_error_and_logs_once(
+def test_remember_with_a_dead_store_returns_the_error_and_notes_it_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     mem = ReasoningMemory(RedisStore(f"redis://127.0.0.1:{free_port()}/0"), ThinkingSigner())
 
-    async def twice() -> None:
-        assert await mem.remember(answer([CALL_1], "why").calls(), Digests(()))
-        assert await mem.remember(answer([CALL_2], "why").calls(), Digests(()))
+    async def twice() -> list[Written]:
+        return [
+            await mem.remember(answer([CALL_1], "why").calls(), Digests(())),
+            await mem.remember(answer([CALL_2], "why").calls(), Digests(())),
+        ]
 
     with caplog.at_level("WARNING", logger="dsmlkit.server"):
-        anyio.run(twice)
-    events = [r.getMessage() for r in caplog.records]
-    assert len(events) == 1 and "state_store_unavailable" in events[0]
+        written = anyio.run(twice)
+    assert all(w.error for w in written)
+    notes = [note.message for w in written for note in w.notes]
+    assert len(notes) == 1 and "state_store_unavailable" in notes[0]
+    assert not caplog.records  # the request's observer writes the line, not the store
 
 
 def test_calls_gives_what_the_model_wrote_for_known_call_ids() -> None:
@@ -318,8 +328,9 @@ def test_calls_gives_what_the_model_wrote_for_known_call_ids() -> None:
         await mem.remember(answer([one, two], "both").calls(), none)
         await mem.remember(answer([three], "").calls(), none)  # no reasoning to give back
         keys = {i: key for i in (two, three, unknown) if (key := none.key(i)) is not None}
-        found, error = await mem.calls(keys)
-        assert error is None and sorted(found) == [two, three]
+        read = await mem.read(list(keys.values()), ModelCall.loads)
+        found = {i: read.values[key] for i, key in keys.items() if key in read.values}
+        assert read.error is None and sorted(found) == [two, three]
         assert (found[two].reasoning, found[three].reasoning) == ("both", "")
         # numbered ids repeat across conversations: keyed with the conversation before them
         conversation = Digests(
@@ -332,7 +343,7 @@ def test_calls_gives_what_the_model_wrote_for_known_call_ids() -> None:
         await mem.remember(answer(["call_0"], "numbered").calls(), conversation)
         key, elsewhere = conversation.key("call_0"), none.key("call_0")
         assert key is not None and elsewhere is not None and key != elsewhere
-        assert (await mem.calls({"x": key}))[0]["x"].reasoning == "numbered"
-        assert await mem.calls({"x": elsewhere}) == ({}, None)  # another conversation's
+        assert (await mem.read([key], ModelCall.loads)).values[key].reasoning == "numbered"
+        assert await mem.read([elsewhere], ModelCall.loads) == Found({})  # another conversation's
 
     anyio.run(test)

@@ -23,9 +23,9 @@ from dsmlkit.errors import InvalidRequest
 from dsmlkit.parse import ReasoningDelta, ToolCallEnd
 from dsmlkit.server import response_store
 from dsmlkit.server.fold import AnswerTracker
-from dsmlkit.server.model_turns import Digests
-from dsmlkit.server.reasoning_store import ReasoningMemory, ThinkingSigner
-from dsmlkit.server.response_store import LINKS, save, stored_history
+from dsmlkit.server.reasoning_store import Digests, ReasoningMemory, ThinkingSigner
+from dsmlkit.server.remember import Remember
+from dsmlkit.server.response_store import LINKS, stored_history
 from dsmlkit.server.restore import restore
 from dsmlkit.server.state_store import MemoryStore, SqliteStore
 from tests.helpers import write_block
@@ -192,8 +192,9 @@ def _saved_chain(memory: ReasoningMemory, turns: int) -> list[str]:
             body["previous_response_id"] = ids[-1]
         answer = {"type": "message", "role": "assistant", "content": f"Answer {turn}."}
         ids.append(f"resp_{turn:04d}")
-        links = anyio.run(stored_history, memory, body)[1]
-        anyio.run(save, memory, body, {"id": ids[-1], "output": [answer]}, links)
+        links = anyio.run(stored_history, memory, body).links
+        remember = Remember(memory, Digests(()), body, links)
+        anyio.run(remember.answer, {}, {"id": ids[-1], "output": [answer]})
     return ids
 
 
@@ -206,9 +207,8 @@ def test_a_chain_is_read_back_oldest_first_in_batches_of_links() -> None:
     memory = ReasoningMemory(store, ThinkingSigner())
     ids = _saved_chain(memory, 40)
     store.reads = 0
-    items = anyio.run(stored_history, memory, {"input": "Next?", "previous_response_id": ids[-1]})[
-        0
-    ]
+    body = {"input": "Next?", "previous_response_id": ids[-1]}
+    items = anyio.run(stored_history, memory, body).items
     expected = [text for t in range(40) for text in (f"Question {t}?", f"Answer {t}.")]
     assert _said(items) == expected
     assert store.reads == 1 + math.ceil(39 / LINKS)  # the newest turn, then batches of links
@@ -250,7 +250,7 @@ def test_a_whole_conversation_stored_before_links_is_still_read() -> None:
     old = [{"type": "message", "role": "user", "content": "Old question?"}]
     anyio.run(store.put_many, {"response:resp_old": json.dumps(old)})
     body = {"input": "Next?", "previous_response_id": "resp_old"}
-    assert _said(anyio.run(stored_history, memory, body)[0]) == ["Old question?"]
+    assert _said(anyio.run(stored_history, memory, body).items) == ["Old question?"]
 
 
 def test_a_responses_turn_gets_its_reasoning_and_arguments_from_one_read_of_its_calls() -> None:
@@ -288,11 +288,12 @@ def test_saving_a_turn_reads_nothing_its_links_came_with_the_history() -> None:
     memory = ReasoningMemory(store, ThinkingSigner())
     ids = _saved_chain(memory, 3)
     body = {"input": "Next?", "previous_response_id": ids[-1]}
-    links = anyio.run(stored_history, memory, body)[1]
+    links = anyio.run(stored_history, memory, body).links
     assert links == [ids[2], ids[1], ids[0]]
     store.reads = 0
     answer = {"type": "message", "role": "assistant", "content": "Fine."}
-    anyio.run(save, memory, body, {"id": "resp_next", "output": [answer]}, links)
+    remember = Remember(memory, Digests(()), body, links)
+    anyio.run(remember.answer, {}, {"id": "resp_next", "output": [answer]})
     assert store.reads == 0
     stored = anyio.run(store.get_many, ["response:resp_next"])
     assert json.loads(stored["response:resp_next"])["links"] == links

@@ -37,7 +37,7 @@ from dsmlkit.api.errors import ApiError, api_error
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.server.apis import api_for_path, error_response, upstream_api_error
 from dsmlkit.server.config import ServerConfig, host_name, is_loopback_name
-from dsmlkit.server.errors import UpstreamError
+from dsmlkit.server.errors import Noted, UpstreamError
 from dsmlkit.server.observer import RequestObserver, observer_of
 from dsmlkit.server.reqlog import CURRENT_REQUEST, RequestRecord, request_id_from
 from dsmlkit.server.state import ServerState, client_keys
@@ -161,6 +161,8 @@ def _respond(request: Request, err: ApiError) -> JSONResponse:
 
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, (ApiError, InvalidRequest))
+    if isinstance(exc, Noted):
+        observer_of(request).noted(exc.notes)
     return _respond(request, exc if isinstance(exc, ApiError) else api_error(exc))
 
 

@@ -1,10 +1,12 @@
-"""The server's own failures: the upstream behind the gateway."""
+"""The server's own failures: the upstream behind the gateway; and :class:`Noted`, the
+mark of an error raised with lines for the request's log."""
 
 from __future__ import annotations
 
 from typing import Literal
 
 from dsmlkit.errors import DsmlkitError
+from dsmlkit.server.reqlog import Note
 
 UpstreamKind = Literal["connect", "timeout", "status", "auth", "reported", "malformed", "broken"]
 
@@ -26,3 +28,11 @@ class UpstreamError(DsmlkitError):
         self.message = message
         self.status = status
         self.url = url
+
+
+class Noted:
+    """Mixed into an error a stage raises with the lines it noted on the way (``notes``:
+    a store outage, a corrupt entry), which the request's observer logs when the error is
+    answered; the error's message, which clients see, holds none of them."""
+
+    notes: tuple[Note, ...] = ()

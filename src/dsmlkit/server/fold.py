@@ -5,17 +5,17 @@ Upstream failures raise :class:`~dsmlkit.errors.UpstreamError` (the pipeline ans
 in the client's API shape: a status before the stream starts, an error event after). What
 reaches the client passes a :class:`CallGate`, which lets through only calls to tools the
 request declares and enforces ``tool_choice`` and ``parallel_tool_calls`` whatever the
-engine wrote (the plan stage's part of forcing a call is :mod:`.forced`); what the model
-wrote is remembered under its call ids before the last events go out.
+engine wrote (the plan stage's part of forcing a call is :mod:`.forced`).
 
 Neither stage writes the request's log line: :meth:`Upstream.finish` returns the
 upstream's figures (:class:`UpstreamFigures`) and :func:`fold` fills its
-:class:`Outcome`; the request's observer (:mod:`.observer`) reads both.
+:class:`Outcome`, which ends with the answer's last events and what the model wrote (for
+the remember stage, :mod:`.remember`); the request's observer (:mod:`.observer`) reads
+both.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
@@ -35,15 +35,11 @@ from dsmlkit.parse import (
     ToolCallStart,
 )
 from dsmlkit.server.errors import UpstreamError
-from dsmlkit.server.model_turns import Digests, ModelCall
+from dsmlkit.server.model_turns import ModelCall
 from dsmlkit.server.readers import Done
-from dsmlkit.server.reasoning_store import ReasoningMemory
-from dsmlkit.server.reqlog import log_event
 from dsmlkit.server.state import Route
 from dsmlkit.server.upstream import UpstreamStream
 from dsmlkit.server.upstream_kinds import UpstreamPlan
-
-LOGGER = logging.getLogger("dsmlkit.server")
 
 #: Engine finish reasons that mean the output did not end normally.
 _ABORTED = ("abort", "error")
@@ -72,17 +68,20 @@ class Stopwatch:
 class Outcome:
     """What :func:`fold` found out, filled as it goes (so that an answer that fails midway
     still tells what it did): the usage and matched stop string the upstream reported,
-    the finish reason, the diagnostics that passed, the parser's time, and why what the
-    model wrote could not be remembered. ``tokens``: the usage the answer reports, once
-    it ended as it should."""
+    the finish reason, the diagnostics that passed (``held_back``: those that stand for a
+    call kept from the client), the parser's time. Once the answer ended as it should:
+    ``tokens``, the usage it reports; ``closing``, its last events (to write after the
+    remember stage); ``calls``, what the model wrote, by call id."""
 
     usage: Usage | None = None
     stop_sequence: str | None = None
     finish_reason: str | None = None
     diagnostics: Counter[str] = field(default_factory=Counter)
+    held_back: list[Diagnostic] = field(default_factory=list)
     parsing: Stopwatch = field(default_factory=Stopwatch)
     tokens: Usage | None = None
-    state_error: str | None = None
+    closing: list[Event] = field(default_factory=list)
+    calls: dict[str, ModelCall] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -148,17 +147,11 @@ class Upstream:
 
 
 async def fold(
-    upstream: Upstream,
-    plan: UpstreamPlan,
-    outcome: Outcome,
-    memory: ReasoningMemory,
-    digests: Digests,
-    request_id: str,
+    upstream: Upstream, plan: UpstreamPlan, outcome: Outcome
 ) -> AsyncGenerator[list[list[Event]], None]:
-    """Parser events for the upstream's streams, ending with the close() events; what the
-    model wrote is remembered under its call ids (short ones with the ``digests`` of the
-    conversation it continues) before the last events go out. What it finds out goes
-    into ``outcome``; a call held back is logged under ``request_id``.
+    """Parser events for the upstream's streams. What it finds out goes into ``outcome``;
+    once the answer has ended, the close() events (``outcome.closing``, not yielded: they
+    go out after what the model wrote, ``outcome.calls``, is remembered).
 
     Yields batches: the event lists (one per upstream choice that made any) of one read of
     the upstream body, so that what arrived together is written together; each list stays
@@ -170,7 +163,7 @@ async def fold(
     opening = gate.feed(reader.opening)[0]
     if opening:
         answer.add(opening)
-        yield [_noted(outcome, request_id, opening)]
+        yield [_noted(outcome, opening)]
     spent = 0  # completion tokens of earlier upstream requests of this answer
     while True:
         finish: str | None = None
@@ -188,7 +181,7 @@ async def fold(
                     events, cut = gate.feed(read)
                     if events:
                         answer.add(events)
-                        batch.append(_noted(outcome, request_id, events))
+                        batch.append(_noted(outcome, events))
                     if cut:
                         break
                     if choice.get("finish_reason"):
@@ -202,7 +195,7 @@ async def fold(
             if cut:
                 break
         if cut:
-            final = _noted(outcome, request_id, cut_ending())
+            final = _noted(outcome, cut_ending())
             break
         if finish is None or finish in _ABORTED:
             said = "" if finish is None else f" (finish_reason {finish!r})"
@@ -214,12 +207,12 @@ async def fold(
         more = gate.feed(step.events)[0]
         if more:
             answer.add(more)
-            yield [_noted(outcome, request_id, more)]
+            yield [_noted(outcome, more)]
         if isinstance(step, Done):
             with outcome.parsing:
                 closed = reader.close(finish)
             closing, cut = gate.feed(closed)
-            final = _noted(outcome, request_id, closing + cut_ending() if cut else closing)
+            final = _noted(outcome, closing + cut_ending() if cut else closing)
             break
         await upstream.follow(step.body)
     if outcome.usage is None:
@@ -230,14 +223,13 @@ async def fold(
     if refused is not None:
         raise UpstreamError("broken", refused)
     outcome.tokens = outcome.usage
-    calls = answer.calls(reader.upstream_ids, reader.reasoning_signature)
-    outcome.state_error = await memory.remember(calls, digests)
-    yield [final]
+    outcome.calls = answer.calls(reader.upstream_ids, reader.reasoning_signature)
+    outcome.closing = final
 
 
 class AnswerTracker:
-    """What the model wrote in one answer, collected from its events for
-    :meth:`~.reasoning_store.ReasoningMemory.remember` (``hidden``: the answer does not
+    """What the model wrote in one answer, collected from its events for the remember
+    stage (:mod:`.remember`; ``hidden``: the answer does not
     show its reasoning to the client)."""
 
     def __init__(self, hidden: bool = False) -> None:
@@ -276,15 +268,14 @@ class AnswerTracker:
         }
 
 
-def _noted(outcome: Outcome, request_id: str, events: list[Event]) -> list[Event]:
+def _noted(outcome: Outcome, events: list[Event]) -> list[Event]:
     """Count diagnostics as they pass (what a failed stream still logs); a call held back
-    from the client gets a log line of its own, with its arguments."""
+    from the client is kept as it is (its log line has its arguments)."""
     for event in events:
         if isinstance(event, Diagnostic):
             outcome.diagnostics[event.kind] += 1
             if event.kind == HELD_BACK:
-                held = {"event": HELD_BACK, "request": request_id, "message": event.message}
-                log_event(LOGGER, logging.WARNING, event.message, {**held, "arguments": event.text})
+                outcome.held_back.append(event)
     return events
 
 

@@ -168,9 +168,9 @@ async def _render(request: Request, api: ClientApi[Any]) -> dict[str, Any]:
     sent, size = await read_json(request)
     model = resolve_model(state, sent)
     observer.model(model.name)
-    read, _ = await read_request(state, api, model, sent, size)
+    read, history = await read_request(state, api, model, sent, size)
     restored = await restore_state(state, read)
-    observer.restored(restored)
+    observer.restored(restored, history.notes)
     req = restored.req
     prepared = await run_for_body(size, render_prompt, state, model, req)
     result = prepared.result
@@ -305,9 +305,9 @@ async def count_tokens(request: Request) -> JSONResponse:
     if model.tokenizer is None and (facts is None or facts.token_ids is None):
         model.require_tokenizer()  # the 501
     full = {"max_tokens": _COUNT_TOKENS_MAX_TOKENS, **body}
-    read, _ = await read_request(state, MESSAGES, model, full, size)
+    read, history = await read_request(state, MESSAGES, model, full, size)
     restored = await restore_state(state, read)
-    observer.restored(restored)
+    observer.restored(restored, history.notes)
     req = restored.req
     prepared = await run_for_body(size, render_prompt, state, model, req)
     images = await run_for_body(size, image_count, req)

@@ -19,22 +19,16 @@ into the assistant turns of the typed conversation, whichever API it came in (a
   (``reasoning``; dropped reasoning is restored before, and reasoning the reader could not
   verify is replaced, see :mod:`.restore`).
 
-Keys: a call id of 16 characters or more is its own key. Shorter ids (an upstream that
-numbers its calls, ``call_0``, which the gateway no longer passes on to clients: see
-:mod:`.call_ids`) repeat across conversations, so they are keyed together with
-a digest of the typed conversation before the turn (:class:`Digests`): the messages'
-roles, the text of every non-assistant message and the ids and names of the assistant's
-calls, which clients send back unchanged (reasoning, assistant text and arguments are left
-out).
+What it keeps is stored by call id (:mod:`.reasoning_store`, which also says how short ids
+are keyed).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from dsmlkit.conversation.model import HistoryCall, Message, TextPart
@@ -45,7 +39,6 @@ from dsmlkit.server.state_store import CorruptEntry, load_json
 #: Call ids shorter than this are keyed with their conversation: an upstream that numbers
 #: its calls (``call_0``) gives two conversations the same id. The gateway's own ids have 29+.
 MIN_CALL_ID_LENGTH = 16
-_KEY_PREFIX = "turn:"
 
 
 _TEXTS = ("name", "arguments", "reasoning", "content")
@@ -106,33 +99,48 @@ class ModelCall:
         )
 
 
-class Digests:
-    """Digests of a request's typed conversation, for the keys of short call ids; computed
-    once, and only when a short id asks for one."""
+@dataclass(frozen=True)
+class PutBack:
+    """A conversation with what the model wrote put back (:func:`restored_turns`):
+    ``reasoning``, the turns whose dropped reasoning came back; ``changed``, what the
+    client really changed (see :func:`reconcile`)."""
 
-    def __init__(self, messages: Sequence[Message]) -> None:
-        self._messages = messages
-        self._digests: list[str] | None = None
-
-    def key(self, call_id: str, index: int | None = None) -> str | None:
-        """The store key of a call id of the assistant turn ``messages[index]`` (None: of
-        an answer to the whole conversation)."""
-        if len(call_id) >= MIN_CALL_ID_LENGTH:
-            return key_of(call_id)
-        if self._digests is None:
-            self._digests = _digests(self._messages)
-        at = len(self._digests) - 1 if index is None else index
-        return key_of(call_id, self._digests[at])
+    messages: list[Message]
+    reasoning: int = 0
+    changed: Counter[str] = field(default_factory=Counter)
 
 
-def key_of(call_id: str, conversation: str | None = None) -> str | None:
-    """The store key of a call id (``conversation``: the digest of what came before its
-    turn); None for a short id without one."""
-    if len(call_id) >= MIN_CALL_ID_LENGTH:
-        return _KEY_PREFIX + call_id
-    if conversation is None:
-        return None
-    return _KEY_PREFIX + hashlib.sha256(f"{conversation}\0{call_id}".encode()).hexdigest()
+def restored_turns(
+    messages: Sequence[Message], found: Mapping[int, Mapping[str, ModelCall]]
+) -> PutBack:
+    """``messages`` with each assistant turn ``found`` has calls for (by index, then call
+    id) given back its dropped reasoning (when the turn has none, or only reasoning the
+    reader could not verify, marked sealed when the answer did not show it), then the
+    model's own words (:func:`reconcile`), and the upstream's own signature of the
+    reasoning when the turn's reasoning is the one it signed (an Anthropic upstream)."""
+    restored = list(messages)
+    reasoning = 0
+    changed: Counter[str] = Counter()
+    for i, calls in found.items():
+        if not calls:
+            continue
+        message = messages[i]
+        stored = next((c for c in calls.values() if c.reasoning), None)
+        dropped = not message.reasoning or not message.reasoning_trusted
+        if dropped and stored is not None:
+            message = replace(
+                message,
+                reasoning=stored.reasoning,
+                reasoning_trusted=True,
+                reasoning_sealed=stored.reasoning_hidden,
+            )
+            reasoning += 1
+        message = reconcile(message, calls, changed)
+        signed = next((c for c in calls.values() if c.reasoning_signature is not None), None)
+        if signed is not None and message.reasoning == signed.reasoning:
+            message = replace(message, reasoning_signature=signed.reasoning_signature)
+        restored[i] = message
+    return PutBack(restored, reasoning, changed)
 
 
 def reconcile(message: Message, found: Mapping[str, ModelCall], changed: Counter[str]) -> Message:
@@ -213,23 +221,3 @@ def _json_object(text: object) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def _digests(messages: Sequence[Message]) -> list[str]:
-    """``[digest of messages[:i] for i in 0..len(messages)]``."""
-    running = hashlib.sha256()
-    digests = [running.hexdigest()]
-    for message in messages:
-        running.update(json.dumps(_seen(message), ensure_ascii=False).encode() + b"\n")
-        digests.append(running.hexdigest())
-    return digests
-
-
-def _seen(message: Message) -> list[Any]:
-    """What of a message the conversation digest covers (see the module docstring): the
-    role; for an assistant, the ids and names of its calls; for others, the text (whitespace
-    runs made one space) and the call id a tool result answers."""
-    if message.role == "assistant":
-        return [message.role, *[[call.id, call.name] for call in message.tool_calls]]
-    texts = [" ".join(part.text.split()) for part in message.parts if isinstance(part, TextPart)]
-    return [message.role, message.tool_call_id, *texts]

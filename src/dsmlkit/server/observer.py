@@ -1,16 +1,22 @@
-"""The request's observer: the one writer of its log line and its metrics.
+"""The request's observer: the one writer of its log lines and its metrics.
 
 The middleware (:mod:`.app`) makes one :class:`RequestObserver` per request and finishes
 it after the last byte. The stages write nothing into it: the routes hand it the results
 the stages return (the typed request, :class:`~.restore.Restored`, the
 :class:`~.upstream_kinds.UpstreamPlan`, the :class:`~.fold.Upstream` and its
-:class:`~.fold.UpstreamFigures`, fold's :class:`~.fold.Outcome`, the answer's
-diagnostics), and it reads them when the request ends, so an answer that fails midway
-still reports what it did.
+:class:`~.fold.UpstreamFigures`, fold's :class:`~.fold.Outcome`, the remember stage's
+:class:`~.reasoning_store.Written`, the answer's diagnostics), and it reads them when
+the request ends, so an answer that fails midway still reports what it did.
+
+The lines a stage asks for (:class:`~.reqlog.Note`: a store outage, a corrupt entry, a
+lowered ``max_tokens``) are written as the result that holds them is handed over; those
+of fold's :class:`~.fold.Outcome` (a call held back) and of an error raised with notes
+(:class:`~.errors.Noted`) when the request ends, before its own line.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -20,12 +26,16 @@ from starlette.requests import Request
 
 from dsmlkit.api import ChatRequest
 from dsmlkit.parse import Diagnostic, ParsedMessage
-from dsmlkit.server.fold import Outcome, Upstream, UpstreamFigures
+from dsmlkit.server.fold import HELD_BACK, Outcome, Upstream, UpstreamFigures
 from dsmlkit.server.metrics import Metrics
-from dsmlkit.server.reqlog import RequestRecord
+from dsmlkit.server.reasoning_store import Written
+from dsmlkit.server.reqlog import ACCESS_LOGGER, FIELDS, Note, RequestRecord, request_level
 from dsmlkit.server.restore import Restored
 from dsmlkit.server.tracing import RequestSpans
 from dsmlkit.server.upstream_kinds import UpstreamPlan
+
+#: The logger of the lines the stages ask for (the request lines go to ``ACCESS_LOGGER``).
+LOGGER = logging.getLogger("dsmlkit.server")
 
 
 class RequestObserver:
@@ -56,7 +66,7 @@ class RequestObserver:
         self._figures: UpstreamFigures | None = None
         self._outcome: Outcome | None = None
         self._answered: Counter[str] = Counter()
-        self._stored: str | None = None
+        self._remembered: Written | None = None
 
     @property
     def request_id(self) -> str:
@@ -79,9 +89,16 @@ class RequestObserver:
         """The served model the request went to."""
         self._record.model = name
 
-    def restored(self, restored: Restored) -> None:
-        """What the restore stage did."""
+    def noted(self, notes: Sequence[Note]) -> None:
+        """Write the lines a stage asked for."""
+        for note in notes:
+            LOGGER.warning(note.message, extra={FIELDS: note.fields})
+
+    def restored(self, restored: Restored, notes: Sequence[Note] = ()) -> None:
+        """What the restore stage did (``notes``: what reading the request's stored
+        history noted)."""
         self._restored = restored
+        self.noted((*notes, *restored.notes))
         self._mark("restored")
 
     def gateway(self, model: str, req: ChatRequest, metrics: Metrics) -> None:
@@ -136,9 +153,10 @@ class RequestObserver:
         merged by maximum, not added, and tool_choice's report)."""
         self._answered = Counter(d.kind for d in diagnostics)
 
-    def stored(self, error: str) -> None:
-        """Why a Responses answer could not be stored."""
-        self._stored = error
+    def remembered(self, written: Written) -> None:
+        """What the remember stage did."""
+        self._remembered = written
+        self.noted(written.notes)
 
     def prompt(self, tokens: int) -> None:
         """The prompt's length, for a route that only renders it."""
@@ -180,16 +198,25 @@ class RequestObserver:
             if outcome.tokens is not None:
                 record.prompt_tokens = outcome.tokens.prompt_tokens
                 record.completion_tokens = outcome.tokens.completion_tokens
-            errors.append(outcome.state_error)
+            self.noted([self._held_back(held) for held in outcome.held_back])
+        if self._remembered is not None:
+            errors.append(self._remembered.error)
         record.diagnostics |= self._answered
-        errors.append(self._stored)
         record.state_error = next((e for e in reversed(errors) if e is not None), None)
         record.finish()
+        ACCESS_LOGGER.log(
+            request_level(record.status), record.line, extra={FIELDS: record.log_fields()}
+        )
         metrics.record(record)
         if self._in_flight is not None:
             self._in_flight.dec()
         if self._spans is not None:
             self._spans.finish(record.status, record.error_type)
+
+    def _held_back(self, held: Diagnostic) -> Note:
+        """The line of a call held back from the client, with its arguments."""
+        fields = {"event": HELD_BACK, "request": self.request_id, "message": held.message}
+        return Note(held.message, {**fields, "arguments": held.text})
 
     def _mark(self, boundary: str) -> None:
         if self._spans is not None:

@@ -7,18 +7,21 @@ Each stage is a function of the previous stage's value, and each lives in its ow
 2. **route** — the served model the body names, its upstream and the key sent
    (:meth:`.state.ServerState.route`);
 3. **typed request** — the API's reader (:class:`~dsmlkit.api.ClientApi`); a
-   Responses body is read with the stored history its ``previous_response_id`` names
-   (:mod:`.response_store`);
+   Responses body is read with the stored :class:`~.response_store.History` its
+   ``previous_response_id`` names;
 4. **restore state** — dropped reasoning and the model's own words put back on the typed
    conversation (:mod:`.restore`);
 5. **plan** — the prompt or chat body, ``max_tokens``, forced calls (:mod:`.plan`);
 6. **upstream** and **fold** — the upstream request(s) and the events they become, through
-   the call gate, remembered at the end (:mod:`.fold`);
+   the call gate (:mod:`.fold`);
 7. **frames** — the API's stream writer or response builder;
-8. **remember** — a Responses answer stored (:mod:`.response_store`).
+8. **remember** — what the model wrote, and a Responses answer's turn, stored before the
+   last frames go out (:mod:`.remember`).
 
-No stage writes the request's log line: the route hands the stages' results to the
-request's observer (:mod:`.observer`), which the middleware finishes.
+No stage writes a log line: each returns its result (the :class:`~.restore.Restored`
+request, the plan, fold's :class:`~.fold.Outcome`, the remember stage's
+:class:`~.reasoning_store.Written`), with the lines it asks for as notes, and the route
+hands them to the request's observer (:mod:`.observer`), which the middleware finishes.
 
 The render routes (:mod:`.local_routes`) run stages 1–5 of the same functions.
 """
@@ -61,11 +64,11 @@ from dsmlkit.server.jsonbody import read_json
 from dsmlkit.server.observer import RequestObserver, observer_of
 from dsmlkit.server.offload import run_for_body
 from dsmlkit.server.plan import PlanStage
-from dsmlkit.server.reqlog import log_event
-from dsmlkit.server.response_store import save, stored_history, unreadable_history
+from dsmlkit.server.remember import Remember
+from dsmlkit.server.reqlog import Note
+from dsmlkit.server.response_store import NO_HISTORY, History, stored_history
 from dsmlkit.server.restore import Restored, restore
 from dsmlkit.server.state import ServedModel, ServerState, state_of
-from dsmlkit.server.state_store import StateStoreUnavailable
 from dsmlkit.server.upstream_kinds import UPSTREAM_HEADER, UpstreamPlan
 
 LOGGER = logging.getLogger("dsmlkit.server")
@@ -96,16 +99,18 @@ async def responses(request: Request) -> Response:
 
 async def answer(request: Request, api: ClientApi[Any]) -> Response:
     """One gateway request, stage by stage (see the module docstring)."""
-    state, observer = state_of(request), observer_of(request)
     sent, size = await read_json(request)
+    state = state_of(request)
     route = state.route(_model_named(sent), request.headers)
     model = route.model
-    read, links = await read_request(state, api, model, sent, size)
+    read, history = await read_request(state, api, model, sent, size)
     restored = await restore_state(state, read)
-    observer.restored(restored)
+    observer = observer_of(request)
+    observer.restored(restored, history.notes)
     req = restored.req
     observer.gateway(model.name, req, state.metrics)
     plan = await plan_upstream(state, model, restored, sent, route.key, size)
+    headers, clamped = _clamp_note(plan, model, observer.request_id)
     observer.planned(plan)
     rerouted = plan.rerouted
     if rerouted is not None:
@@ -113,25 +118,19 @@ async def answer(request: Request, api: ClientApi[Any]) -> Response:
     upstream = Upstream(route, observer.upstream_headers())
     observer.sending(upstream)
     await upstream.open(plan)
-    headers = _clamp_note(plan, model, observer.request_id)
+    observer.noted(clamped)  # once the upstream took the lowered max_tokens
     if rerouted is not None:
         headers[UPSTREAM_HEADER] = rerouted.header
     outcome = Outcome()
     observer.folding(outcome)
-    events = fold(upstream, plan, outcome, state.reasoning, restored.digests, observer.request_id)
+    events = fold(upstream, plan, outcome)
+    remember = Remember(state.reasoning, restored.digests, sent, history.links)
     started = Answer(
         id=api.new_response_id(),
         created=int(time.time()),
         sign_thinking=partial(state.reasoning.signer.sign, model=req.model),
         sealer=state.keys,
     )
-
-    async def remember(response: dict[str, Any]) -> None:
-        """Store a Responses answer's turn (a store failure is logged, not fatal)."""
-        try:
-            await save(state.reasoning, sent, response, links)
-        except StateStoreUnavailable as exc:
-            observer.stored(exc.message)
 
     if req.stream:
         usage = Usage(plan.prompt_tokens, 0) if plan.prompt_tokens is not None else None
@@ -144,7 +143,7 @@ async def answer(request: Request, api: ClientApi[Any]) -> Response:
         )
 
     async def collect() -> bytes:
-        """The body, written once (a Responses answer is also stored)."""
+        """The body, written once, after the remember stage."""
         collector = MessageCollector()
         try:
             async with aclosing(events) as batches:
@@ -153,13 +152,14 @@ async def answer(request: Request, api: ClientApi[Any]) -> Response:
                         collector.add(part)
         finally:
             _finish_upstream(upstream, observer)
+        collector.add(outcome.closing)
         msg = collector.message()
-        observer.answer(response_diagnostics(msg, req))
         ended = replace(started, usage=outcome.usage, stop_sequence=outcome.stop_sequence)
-        if not api.keeps_responses:
+        response = api.respond(msg, req.model, ended, req) if api.keeps_responses else None
+        observer.remembered(await remember.answer(outcome.calls, response))
+        observer.answer(response_diagnostics(msg, req))
+        if response is None:
             return api.respond_json(msg, req.model, ended, req)
-        response = api.respond(msg, req.model, ended, req)
-        await remember(response)
         return json_body(response)
 
     result = await _cancel_on_disconnect(request, collect, observer)
@@ -184,19 +184,21 @@ def _model_named(body: Any) -> Any:
 
 async def read_request(
     state: ServerState, api: ClientApi[Any], model: ServedModel, body: Any, size: int
-) -> tuple[ChatRequest, list[str]]:
+) -> tuple[ChatRequest, History]:
     """Stage 3: the typed request (caller mistakes raise ``InvalidRequest`` at once), and
-    the stored responses a Responses answer to it will link."""
-    history: list[Any] = []
-    links: list[str] = []
+    the stored history of a Responses request (its items read before the body's).
+    Raises :class:`~.response_store.HistoryRefused` and
+    :class:`~.response_store.HistoryUnavailable`."""
+    history = NO_HISTORY
     if api.keeps_responses:
-        history, links = await stored_history(state.reasoning, body)
+        history = await stored_history(state.reasoning, body)
     signatures = state.reasoning.signer
-    context = ReadContext(model.dialect, state.keys, state.render_cache, signatures, history)
+    items = history.items
+    context = ReadContext(model.dialect, state.keys, state.render_cache, signatures, items)
     try:
-        return await run_for_body(size, api.read, body, context), links
+        return await run_for_body(size, api.read, body, context), history
     except InvalidRequest as exc:
-        unreadable = unreadable_history(body, exc) if history else None
+        unreadable = history.unreadable(exc)
         if unreadable is None:
             raise
         raise unreadable from exc
@@ -239,13 +241,15 @@ def _finish_upstream(upstream: Upstream, observer: RequestObserver) -> None:
     observer.upstream_finished(upstream.finish())
 
 
-def _clamp_note(plan: UpstreamPlan, model: ServedModel, request_id: str) -> dict[str, str]:
+def _clamp_note(
+    plan: UpstreamPlan, model: ServedModel, request_id: str
+) -> tuple[dict[str, str], tuple[Note, ...]]:
     """The note on a ``max_tokens`` lowered to what the context leaves after the prompt
-    (``--max-tokens-policy clamp``): a log line, and the header for the answer."""
+    (``--max-tokens-policy clamp``): the header for the answer, and a log line."""
     requested, sent = plan.req.max_tokens, plan.upstream_body.get("max_tokens")
     if requested is None or not isinstance(sent, int) or sent >= requested:
-        return {}
-    note = {
+        return {}, ()
+    fields = {
         "event": "max_tokens_clamped",
         "request": request_id,
         "requested": requested,
@@ -253,8 +257,7 @@ def _clamp_note(plan: UpstreamPlan, model: ServedModel, request_id: str) -> dict
         "prompt_tokens": plan.prompt_tokens,
         "max_model_len": model.max_model_len,
     }
-    log_event(LOGGER, logging.WARNING, f"max_tokens {requested} clamped to {sent}", note)
-    return {CLAMPED_HEADER: str(sent)}
+    return {CLAMPED_HEADER: str(sent)}, (Note(f"max_tokens {requested} clamped to {sent}", fields),)
 
 
 async def _stream_body(
@@ -263,11 +266,11 @@ async def _stream_body(
     events: AsyncGenerator[list[list[Event]], None],
     outcome: Outcome,
     observer: RequestObserver,
-    remember: Callable[[dict[str, Any]], Awaitable[None]],
+    remember: Remember,
 ) -> AsyncGenerator[str, None]:
     """The SSE body: frames as events arrive; an error event if the upstream fails or the
-    server stops before the stream ends. A finished Responses ``response`` is kept
-    (``remember``) before its last event goes out."""
+    server stops before the stream ends. What the model wrote (and a finished Responses
+    ``response``) is remembered before the last frames go out."""
     scope = state.open_stream_scope()
     try:
         yield "".join(writer.start_sse())
@@ -283,10 +286,12 @@ async def _stream_body(
             observer.failed("shutdown", err.message)
             yield LastText("".join(writer.error_sse(err, observer.request_id)))
             return
+        closing = "".join(writer.feed_sse(outcome.closing))
         finished = writer.finish_sse(outcome.usage, outcome.stop_sequence)
-        if writer.response is not None:
-            await remember(writer.response)
+        observer.remembered(await remember.answer(outcome.calls, writer.response))
         observer.answer(writer.diagnostics)
+        if closing:
+            yield closing
         yield LastText("".join(finished))
     except UpstreamError as exc:
         err = upstream_api_error(exc)

@@ -1,9 +1,11 @@
 """One structured record per request, logged as one line (JSON or text).
 
 The request's observer (:mod:`.observer`, in the ASGI scope's state from the moment the
-request arrives until its last byte is sent) is the only one that fills it.
-Structured lines (the request records, state store events) go through :func:`log_event`:
-the fields ride on the log record and the JSON formatter writes them out in one go.
+request arrives until its last byte is sent) is the only one that fills it, and the only
+writer of structured lines: the request line, and the :class:`Note` lines the stages and
+the state store return (a store outage, a corrupt entry, a call held back, a lowered
+``max_tokens``). Their fields ride on the log record (:data:`FIELDS`) and the JSON
+formatter writes them out in one go.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import re
 import secrets
 import time
 from collections import Counter
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,10 +32,14 @@ MAX_REQUEST_ID = 128
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 
 
-def log_event(logger: logging.Logger, level: int, message: str, fields: dict[str, Any]) -> None:
-    """Log ``message`` (what a plain handler shows) with ``fields`` (what the JSON
-    formatter writes: the fields, with the time, level and logger added)."""
-    logger.log(level, message, extra={FIELDS: fields})
+@dataclass(frozen=True)
+class Note:
+    """A line a stage or store asks the request's observer to log (at warning, on the
+    ``dsmlkit.server`` logger): ``message``, what a plain handler shows, and ``fields``,
+    what the JSON formatter writes (its ``event`` first)."""
+
+    message: str
+    fields: Mapping[str, Any]
 
 
 def new_request_id() -> str:
@@ -113,14 +120,13 @@ class RequestRecord:
             self.error_message = message
 
     def finish(self) -> None:
-        """Stop the clock and write the log line."""
+        """Stop the clock."""
         self.duration = time.perf_counter() - self.started
-        log_event(
-            ACCESS_LOGGER,
-            request_level(self.status),
-            f"{self.method} {self.route} {self.status} {self.id}",
-            self.log_fields(),
-        )
+
+    @property
+    def line(self) -> str:
+        """What a plain handler shows of the request line."""
+        return f"{self.method} {self.route} {self.status} {self.id}"
 
     def log_fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {

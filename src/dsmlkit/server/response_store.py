@@ -6,16 +6,21 @@ them, then the output items, with links to the responses before it (its
 ``response:<id>`` for the store's TTL. A conversation of n turns so takes O(n) bytes, not
 the O(n²) of re-storing the whole history with every turn. A request naming a
 ``previous_response_id`` gets the conversation that response ended read in front of its
-own ``input`` (:func:`stored_history`): the chain is followed back through the links (a batch of
-them per store read, at most :data:`MAX_CHAIN` responses) and joined oldest first.
+own ``input`` (:func:`stored_history`, which returns a :class:`History`): the chain is
+followed back through the links (a batch of them per store read, at most
+:data:`MAX_CHAIN` responses) and joined oldest first. The turn a Responses answer ends is
+stored by the remember stage (:mod:`.remember`).
 
 An id the store does not know (never stored, expired, evicted, or ``store: false``) is a
 400 with param ``previous_response_id``, and so is a chain with a missing link (an earlier
 response that expired or was evicted) or one longer than :data:`MAX_CHAIN`; a stored turn
 that is not one (:meth:`StoredTurn.loads` refuses it), or whose items the request reader
-refuses (:func:`unreadable_history`), is missing too. A store that cannot
-be reached is a 503, since the request cannot be answered with the conversation it names;
-its message says only that (the store's own error, which may name its address, is logged).
+refuses (:meth:`History.unreadable`), is missing too (:class:`HistoryRefused`). A store
+that cannot be reached is a 503 (:class:`HistoryUnavailable`), since the request cannot be
+answered with the conversation it names; its message says only that. Neither error body
+quotes the store: what the read noted (the store's own error, which may name its address;
+a corrupt entry; the reader's message about a stored item) rides on the error as
+``notes``, which the request's observer logs.
 
 Dropped reasoning and the model's own words are put back on the typed request, as for
 the other APIs (:mod:`.restore`).
@@ -24,18 +29,19 @@ the other APIs (:mod:`.restore`).
 from __future__ import annotations
 
 import json
-import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from dsmlkit.api.errors import ApiError
+from dsmlkit.api.errors import ApiError, ClientError
 from dsmlkit.errors import InvalidRequest
+from dsmlkit.server.errors import Noted
 from dsmlkit.server.reasoning_store import ReasoningMemory
-from dsmlkit.server.reqlog import log_event
-from dsmlkit.server.state_store import CorruptEntry, StateStoreUnavailable, get_decoded, load_json
+from dsmlkit.server.reqlog import Note
+from dsmlkit.server.state_store import CorruptEntry, load_json
 
-LOGGER = logging.getLogger("dsmlkit.server")
-_KEY_PREFIX = "response:"
+#: The store keys of responses: ``response:<id>``.
+KEY_PREFIX = "response:"
+_PARAM = "previous_response_id"
 #: The param path the request reader gives the stored items (``previous_response_id[3]``).
 _HISTORY_PARAM = "previous_response_id["
 #: How many earlier responses each stored turn names, nearest first: a chain of n turns is
@@ -74,107 +80,103 @@ class StoredTurn:
         return cls(links, items)
 
 
-async def stored_history(memory: ReasoningMemory, body: Any) -> tuple[list[Any], list[str]]:
-    """``(items, links)``: the items of the conversation ``body``'s
-    ``previous_response_id`` names, oldest first (none without one), and the earlier
-    responses a turn stored after this request links, nearest first. The reader reads the
-    items before the body's ``input``."""
+class HistoryRefused(Noted, ClientError):
+    """A ``previous_response_id`` this server cannot continue (400, naming the param),
+    with what reading it noted."""
+
+    def __init__(self, message: str, notes: tuple[Note, ...] = ()) -> None:
+        super().__init__(message, _PARAM, status=400)
+        self.notes = notes
+
+
+class HistoryUnavailable(Noted, ApiError):
+    """The store holding ``previous_response_id``'s conversation cannot be reached (503),
+    with what reading it noted (the store's own error among them)."""
+
+    def __init__(self, notes: tuple[Note, ...]) -> None:
+        super().__init__(
+            "the state store is unavailable; retry later or send the whole conversation as input",
+            _PARAM,
+            status=503,
+        )
+        self.notes = notes
+
+
+@dataclass(frozen=True)
+class History:
+    """The conversation a Responses request continues: the ``items`` of the conversation
+    its ``previous_response_id`` names, oldest first (none without one), for the reader to
+    read before the body's ``input``; the ``links`` of the turn a Responses answer to it
+    stores, nearest first; and what reading it noted (``notes``, a store that recovered)."""
+
+    items: list[Any] = field(default_factory=list)
+    links: list[str] = field(default_factory=list)
+    notes: tuple[Note, ...] = ()
+    response_id: str | None = None
+
+    def unreadable(self, exc: InvalidRequest) -> HistoryRefused | None:
+        """The error for a request whose stored conversation the reader refused (``exc``
+        names one of its items): the conversation is as good as missing, and the reader's
+        message, which may quote the stored items, goes to the notes only. None when
+        ``exc`` is about the request itself."""
+        response_id = self.response_id
+        if response_id is None or not (exc.param or "").startswith(_HISTORY_PARAM):
+            return None
+        note = Note(
+            f"state_entry_corrupt: the conversation of {response_id}: {exc}",
+            {
+                "event": "state_entry_corrupt",
+                "key": KEY_PREFIX + response_id,
+                "error": str(exc),
+                "effect": "the conversation is read as missing",
+            },
+        )
+        return HistoryRefused(
+            f"Previous response with id {response_id!r} cannot be continued: its stored "
+            "conversation does not read back; send the conversation as input",
+            (*self.notes, note),
+        )
+
+
+#: The history of a request that continues none.
+NO_HISTORY = History()
+
+
+async def stored_history(memory: ReasoningMemory, body: Any) -> History:
+    """The :class:`History` ``body``'s ``previous_response_id`` names (none without one).
+    Raises :class:`HistoryRefused` and :class:`HistoryUnavailable`."""
     if not (isinstance(body, dict) and isinstance(body.get("previous_response_id"), str)):
-        return [], []
-    return await _conversation(memory, body["previous_response_id"])
-
-
-async def save(
-    memory: ReasoningMemory, body: Any, response: dict[str, Any], links: list[str]
-) -> None:
-    """Store the turn ``response`` ends when the request asked for it (``store``, default
-    true): ``body`` is the request as the client sent it, ``links`` the earlier responses
-    :func:`stored_history` found for it. Raises
-    :class:`StateStoreUnavailable`."""
-    if not isinstance(body, dict) or body.get("store") is False:
-        return
-    turn = StoredTurn(links, [*_items(body), *response["output"]])
-    try:
-        await memory.store.put_many({_KEY_PREFIX + response["id"]: turn.dumps()}, memory.ttl)
-    except StateStoreUnavailable as exc:
-        memory.writes.failed(exc)
-        raise
-    memory.writes.worked()
-
-
-def _items(body: dict[str, Any]) -> list[Any]:
-    """``input`` as items (a string is one user message)."""
-    given = body.get("input")
-    if isinstance(given, str):
-        return [{"type": "message", "role": "user", "content": given}]
-    return list(given) if isinstance(given, list) else []
-
-
-async def _conversation(memory: ReasoningMemory, response_id: str) -> tuple[list[Any], list[str]]:
-    """Every item of the conversation ``response_id`` ended, oldest first, and the links of
-    the next turn stored after it (``response_id``, then the responses it links)."""
+        return NO_HISTORY
+    response_id = body["previous_response_id"]
     turns: list[list[Any]] = []  # newest first
     wanted = [response_id]
     following: list[str] | None = None
+    notes: tuple[Note, ...] = ()
     while wanted:
         if len(turns) + len(wanted) > MAX_CHAIN:
-            raise InvalidRequest(
+            raise HistoryRefused(
                 f"Previous response with id {response_id!r} ends a conversation of more than "
                 f"{MAX_CHAIN} responses, longer than this server follows; send the "
                 "conversation as input",
-                "previous_response_id",
+                notes,
             )
-        try:
-            found = await get_decoded(
-                memory.store, (_KEY_PREFIX + i for i in wanted), StoredTurn.loads
-            )
-        except StateStoreUnavailable as exc:
-            memory.reads.failed(exc)
-            raise ApiError(
-                "the state store is unavailable; retry later or send the whole "
-                "conversation as input",
-                "previous_response_id",
-                status=503,
-            ) from exc
-        memory.reads.worked()
+        found = await memory.read([KEY_PREFIX + i for i in wanted], StoredTurn.loads)
+        notes += found.notes
+        if found.error is not None:
+            raise HistoryUnavailable(notes)
         links: list[str] = []
         for linked in wanted:
-            turn = found.get(_KEY_PREFIX + linked)
+            turn = found.values.get(KEY_PREFIX + linked)
             if turn is None:
-                raise InvalidRequest(_missing(response_id, linked), "previous_response_id")
+                raise HistoryRefused(_missing(response_id, linked), notes)
             links = turn.links
             turns.append(turn.items)
             if following is None:  # the turn of response_id itself, read first
                 following = [response_id, *links][:LINKS]
         # the oldest turn read names the ones before it; the others' links were read
         wanted = links
-    return [item for items in reversed(turns) for item in items], following or [response_id]
-
-
-def unreadable_history(body: Any, exc: InvalidRequest) -> InvalidRequest | None:
-    """The error for a request whose stored conversation the reader refused (``exc`` names
-    one of its items): the conversation is as good as missing, and the reader's message,
-    which may quote the stored items, goes to the log only. None when ``exc`` is about
-    the request itself."""
-    if not (exc.param or "").startswith(_HISTORY_PARAM):
-        return None
-    response_id = body["previous_response_id"]
-    log_event(
-        LOGGER,
-        logging.WARNING,
-        f"state_entry_corrupt: the conversation of {response_id}: {exc}",
-        {
-            "event": "state_entry_corrupt",
-            "key": _KEY_PREFIX + response_id,
-            "error": str(exc),
-            "effect": "the conversation is read as missing",
-        },
-    )
-    return InvalidRequest(
-        f"Previous response with id {response_id!r} cannot be continued: its stored "
-        "conversation does not read back; send the conversation as input",
-        "previous_response_id",
-    )
+    items = [item for items in reversed(turns) for item in items]
+    return History(items, following or [response_id], notes, response_id)
 
 
 def _missing(response_id: str, linked: str) -> str:

@@ -17,8 +17,9 @@ every assistant turn with calls the gateway issued gets
 * the upstream's own ids of the calls whose client got another id, in the calls and in
   the tool results that answer them (:func:`.call_ids.with_upstream_ids`).
 
-A store that cannot be reached restores nothing: the request is answered as sent and the
-error noted (see :mod:`.reasoning_store`).
+A store that cannot be reached restores nothing: the request is answered as sent, and the
+error and what the read noted come back in the :class:`Restored` result (see
+:mod:`.reasoning_store`).
 """
 
 from __future__ import annotations
@@ -27,19 +28,20 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from dsmlkit.api import ChatRequest
-from dsmlkit.conversation.model import Message
 from dsmlkit.server.call_ids import with_upstream_ids
-from dsmlkit.server.model_turns import Digests, ModelCall, reconcile
-from dsmlkit.server.reasoning_store import ReasoningMemory
+from dsmlkit.server.model_turns import ModelCall, restored_turns
+from dsmlkit.server.reasoning_store import Digests, ReasoningMemory
+from dsmlkit.server.reqlog import Note
 
 
-@dataclass
+@dataclass(frozen=True)
 class Restored:
     """A typed request with its state put back, and what was done."""
 
     req: ChatRequest
     #: The digests of the conversation as sent, for short call ids (the store's keys are
-    #: the client's ids; the restored request may carry the upstream's).
+    #: the client's ids; the restored request may carry the upstream's); the remember
+    #: stage keys the answer's calls with them.
     digests: Digests
     #: The call ids of the conversation as sent: a new call may not take one of them.
     call_ids: frozenset[str] = frozenset()
@@ -52,6 +54,8 @@ class Restored:
     error: str | None = None
     #: Whether anything was put back (``req`` is not the request as read).
     put_back: bool = False
+    #: What the store read noted (an outage, corrupt entries), for the request's log.
+    notes: tuple[Note, ...] = ()
 
 
 async def restore(memory: ReasoningMemory, req: ChatRequest) -> Restored:
@@ -66,44 +70,35 @@ async def restore(memory: ReasoningMemory, req: ChatRequest) -> Restored:
         for call in messages[i].tool_calls
         if call.id is not None and (key := digests.key(call.id, i)) is not None
     }
-    found, error = await memory.calls(keys)
-    result = Restored(req, digests, frozenset(call_id for _, call_id in keys), error=error)
+    call_ids = frozenset(call_id for _, call_id in keys)
+    read = await memory.read(set(keys.values()), ModelCall.loads)
+    found = {name: read.values[key] for name, key in keys.items() if key in read.values}
     if not found:
-        return result
-    restored = list(messages)
-    for i in turns:
-        calls = {
+        return Restored(req, digests, call_ids, error=read.error, notes=read.notes)
+    calls = {
+        i: {
             call.id: found[i, call.id]
             for call in messages[i].tool_calls
             if call.id is not None and (i, call.id) in found
         }
-        restored[i] = _restored_turn(messages[i], calls, result)
+        for i in turns
+    }
+    put_back = restored_turns(messages, calls)
     upstream = {
         call_id: call.upstream_id
         for (_, call_id), call in found.items()
         if call.upstream_id is not None
     }
-    conversation = replace(req.conversation, messages=with_upstream_ids(restored, upstream))
-    result.req = replace(req, conversation=conversation)
-    result.put_back = True
-    return result
-
-
-def _restored_turn(message: Message, calls: dict[str, ModelCall], result: Restored) -> Message:
-    if not calls:
-        return message
-    stored = next((c for c in calls.values() if c.reasoning), None)
-    dropped = not message.reasoning or not message.reasoning_trusted
-    if dropped and stored is not None:
-        message = replace(
-            message,
-            reasoning=stored.reasoning,
-            reasoning_trusted=True,
-            reasoning_sealed=stored.reasoning_hidden,
-        )
-        result.reasoning += 1
-    message = reconcile(message, calls, result.changed)
-    signed = next((c for c in calls.values() if c.reasoning_signature is not None), None)
-    if signed is not None and message.reasoning == signed.reasoning:
-        message = replace(message, reasoning_signature=signed.reasoning_signature)
-    return message
+    conversation = replace(
+        req.conversation, messages=with_upstream_ids(put_back.messages, upstream)
+    )
+    return Restored(
+        replace(req, conversation=conversation),
+        digests,
+        call_ids,
+        put_back.reasoning,
+        put_back.changed,
+        read.error,
+        True,
+        read.notes,
+    )

@@ -12,9 +12,10 @@ store's address and the store's own error, so no error body quotes it.
 A setting that cannot be used raises :class:`StateSettingError` when the store is opened.
 
 What a value holds is its user's business, but every user reads its values through
-:func:`get_decoded` with a decoder that raises :class:`CorruptEntry` for a value not of its
-kind's form (bad JSON, wrong types or shape, :func:`load_json` for the JSON part): such an
-entry is a miss, logged with its key, never a failed request.
+:meth:`.reasoning_store.ReasoningMemory.read` with a decoder that raises
+:class:`CorruptEntry` for a value not of its kind's form (bad JSON, wrong types or shape,
+:func:`load_json` for the JSON part): such an entry is a miss, noted with its key, never
+a failed request.
 
 Users: :mod:`dsmlkit.server.reasoning_store` (what the model wrote, by call id) and the
 Responses API (``store`` / ``previous_response_id``). Keys are namespaced by the caller
@@ -24,24 +25,19 @@ Responses API (``store`` / ``previous_response_id``). Keys are namespaced by the
 from __future__ import annotations
 
 import json
-import logging
 import sqlite3
 import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import anyio.to_thread
 
 from dsmlkit.errors import CallerError, DsmlkitError, install_hint
-from dsmlkit.server.reqlog import log_event
-
-LOGGER = logging.getLogger("dsmlkit.server")
-T = TypeVar("T")
 
 #: How long an entry lives unless the caller says otherwise (seconds).
 DEFAULT_TTL = 24 * 3600.0
@@ -114,32 +110,6 @@ class StateStore(Protocol):
 async def get_one(store: StateStore, key: str) -> str | None:
     """One value, or None."""
     return (await store.get_many([key])).get(key)
-
-
-async def get_decoded(
-    store: StateStore, keys: Iterable[str], decode: Callable[[str], T]
-) -> dict[str, T]:
-    """The values of those ``keys`` that exist, each read by ``decode``; a value it refuses
-    with :class:`CorruptEntry` is left out (a miss) and logged at warning with its key and
-    what is wrong, never its value. Raises :class:`StateStoreUnavailable` as ``get_many``."""
-    decoded: dict[str, T] = {}
-    for key, value in (await store.get_many(keys)).items():
-        try:
-            decoded[key] = decode(value)
-        except CorruptEntry as exc:
-            log_event(
-                LOGGER,
-                logging.WARNING,
-                f"state_entry_corrupt: {key}: {exc}",
-                {
-                    "event": "state_entry_corrupt",
-                    "store": store.description,
-                    "key": key,
-                    "error": str(exc),
-                    "effect": "the entry is read as missing",
-                },
-            )
-    return decoded
 
 
 def load_json(value: str) -> Any:
