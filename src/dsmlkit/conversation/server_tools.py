@@ -53,7 +53,8 @@ class ServerTool:
 
 def is_server_tool(entry: Any) -> bool:
     """Whether a ``tools`` entry is one of :data:`HOSTED_TOOL_TYPES`."""
-    return isinstance(entry, Mapping) and entry.get("type") in HOSTED_TOOL_TYPES
+    kind = entry.get("type") if isinstance(entry, Mapping) else None
+    return isinstance(kind, str) and kind in HOSTED_TOOL_TYPES
 
 
 def read_server_tools(tools: Field) -> tuple[ServerTool, ...]:
