@@ -1,6 +1,8 @@
 """A fake inference engine for the gateway tests and benchmark (a small raw ASGI app).
 
-It behaves like vLLM 0.33 where the gateway depends on it:
+It behaves like vLLM where the gateway depends on it (the engine suite's
+tests/engines/test_fake_engine_fidelity.py replays the same outputs through vLLM 0.34's
+serving code and compares):
 
 * ``GET /v1/models`` lists the served names with ``max_model_len``; ``GET /health``;
 * ``POST /tokenize`` encodes with the engine's own tokenizer as vLLM does: the whole string
@@ -10,11 +12,14 @@ It behaves like vLLM 0.33 where the gateway depends on it:
   does not serve and 400 for ids out of its vocabulary or a prompt plus ``max_tokens``
   past ``max_model_len``; ``max_tokens`` missing or null means 16; the scripted text is
   tokenized and generation stops after ``max_tokens`` tokens (``finish_reason: length``)
-  or at a stop string (``stop_reason`` names it); with ``stream_options.include_usage``
-  a last chunk with ``choices: []`` carries the usage;
+  or at a stop string (``stop_reason`` names it), streamed text lagging by the longest
+  stop string less one character (see :meth:`FakeEngine._completion_chunks`); usage counts
+  the EOS token and a stop string's tokens; with ``stream_options.include_usage`` a last
+  chunk with ``choices: []`` carries the usage; without ``stream``, one
+  ``text_completion`` body with the usage;
 * a leaky ``POST /v1/chat/completions`` (DSML left in ``content`` / ``reasoning_content``,
   like some hosted endpoints), as SSE when ``stream`` is true and else as one
-  ``chat.completion``, with the same model check and the hosted
+  ``chat.completion``, cut at ``max_tokens``, with the same model check and the hosted
   DeepSeek API's rule: in thinking mode (unless ``thinking.type`` is ``disabled`` or
   ``chat_template_kwargs.thinking`` false) an assistant turn with ``tool_calls`` and no
   ``reasoning_content`` is a 400 (:func:`missing_reasoning`).
