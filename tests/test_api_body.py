@@ -10,19 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsmlkit.api import (
-    RawJSON,
-    Usage,
+from dsmlkit.api import Usage
+from dsmlkit.api.anthropic import (
     anthropic_response,
     anthropic_response_json,
-    json_body,
-    openai_response,
     parse_anthropic_request,
-    parse_openai_request,
-    parse_responses_request,
-    responses_response,
 )
-from dsmlkit.api.sse import LONG_STRING, json_utf8
+from dsmlkit.api.openai import openai_response, parse_openai_request
+from dsmlkit.api.responses import parse_responses_request, responses_response
+from dsmlkit.api.sse import LONG_STRING, RawJSON, json_body, json_utf8
 from dsmlkit.dialects import V4_1
 from dsmlkit.parse import MessageCollector, ParsedMessage
 from tests.helpers import write_block

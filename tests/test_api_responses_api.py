@@ -19,16 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.shared import ErrorObject
 
-from dsmlkit.api import (
-    ApiError,
-    api_error,
-    openai_error_body,
-    parse_request,
-    parse_responses_request,
-    to_openai_chat_body,
-)
+from dsmlkit.api import ApiError, parse_request, to_openai_chat_body
 from dsmlkit.api.common import ChatRequest
-from dsmlkit.api.responses import qualified_name
+from dsmlkit.api.errors import api_error, openai_error_body
+from dsmlkit.api.responses import parse_responses_request, qualified_name
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.render import render_conversation
 from tests.helpers import MarkedSealer

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dsmlkit.api import parse_openai_request
+from dsmlkit.api.openai import parse_openai_request
 from dsmlkit.render import RenderCache, RenderResult, render
 from tests.test_render_golden import GOLDEN, _cases, _options
 

@@ -48,7 +48,8 @@ from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.fields import Field
 from dsmlkit.parse import FinishReason, ParsedMessage, ToolCall, ToolCallStart
-from dsmlkit.render import RenderOptions, resolve_dialect
+from dsmlkit.render import RenderOptions
+from dsmlkit.render.renderer import resolve_dialect
 
 #: Signature on thinking blocks when no signer is given (the gateway signs its own).
 THINKING_SIGNATURE = "dsmlkit-unsigned"

@@ -65,7 +65,8 @@ from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.fields import Field
 from dsmlkit.parse import ParsedMessage, ToolCallStart
-from dsmlkit.render import RenderOptions, resolve_dialect
+from dsmlkit.render import RenderOptions
+from dsmlkit.render.renderer import resolve_dialect
 
 #: The ``include`` entry that asks for sealed reasoning on reasoning items.
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
