@@ -85,7 +85,7 @@ def parse_anthropic_request(
     sampling: dict[str, Any] = {}
     notes: list[str] = []
     reader = _Conversation(notes, signatures, model)
-    tools, server_tools = read_anthropic_tools(root["tools"], notes, reader.cached)
+    tools, server_tools = _read_anthropic_tools(root["tools"], notes, reader.cached)
     messages: list[Message] = []
     system = reader.system_text(root["system"]) if root["system"].present else ""
     if system:
@@ -360,7 +360,7 @@ class _Conversation:
         return [message, Message(block.path, "user", tuple(images))] if images else [message]
 
 
-def read_anthropic_tools(
+def _read_anthropic_tools(
     field: Field, notes: list[str], cached: list[str] | None = None
 ) -> tuple[list[Tool], set[str]]:
     """Custom tools as typed tools; server tools are dropped (their names returned).
@@ -720,7 +720,7 @@ class MessagesApi(ClientApi[ChatRequest]):
         return parse_anthropic_request(body, dialect=context.dialect, signatures=context.signatures)
 
     def read_tools(self, tools: Any) -> tuple[Tool, ...]:
-        return tuple(read_anthropic_tools(Field(tools, "tools"), [])[0])
+        return tuple(_read_anthropic_tools(Field(tools, "tools"), [])[0])
 
     def respond(
         self, msg: ParsedMessage, model: str, answer: Answer, req: ChatRequest | None

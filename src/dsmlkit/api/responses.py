@@ -156,7 +156,7 @@ def parse_responses_request(
     model = root["model"].nonempty_string()
     resolved = resolve_dialect(dialect)
     notes: list[str] = []
-    tools, namespaces = read_responses_tools(root["tools"], notes)
+    tools, namespaces = _read_responses_tools(root["tools"], notes)
     instructions = root["instructions"]
     messages: list[Message] = []
     if instructions.present:
@@ -374,7 +374,7 @@ class _Input:
         return [message, Message(item.path, "user", images)] if images else [message]
 
 
-def read_responses_tools(
+def _read_responses_tools(
     field: Field, notes: list[str]
 ) -> tuple[list[Tool], dict[str, tuple[str, str]]]:
     """Typed tools, and for each flattened namespace tool its ``(namespace, name)``."""
@@ -478,7 +478,7 @@ def _metadata(field: Field) -> dict[str, str]:
 # --- responses -------------------------------------------------------------------------
 
 
-def responses_usage(usage: Usage | None) -> dict[str, Any]:
+def _responses_usage(usage: Usage | None) -> dict[str, Any]:
     """The ``usage`` object of a response."""
     usage = usage or Usage(0, 0)
     return {
@@ -635,7 +635,7 @@ def responses_response(
         created_at=created_at,
         status=status,
         output=items.done,
-        usage=responses_usage(usage),
+        usage=_responses_usage(usage),
     )
 
 
@@ -680,7 +680,7 @@ class ResponsesStream(BlockStream[StreamEvent]):
             created_at=self._created_at,
             status=status,
             output=list(self._output.items.done),
-            usage=responses_usage(usage) if status != "in_progress" else None,
+            usage=_responses_usage(usage) if status != "in_progress" else None,
             **extra,
         )
 
@@ -915,7 +915,7 @@ class ResponsesApi(ClientApi[ResponsesRequest]):
         )
 
     def read_tools(self, tools: Any) -> tuple[Tool, ...]:
-        return tuple(read_responses_tools(Field(tools, "tools"), [])[0])
+        return tuple(_read_responses_tools(Field(tools, "tools"), [])[0])
 
     def respond(
         self, msg: ParsedMessage, model: str, answer: Answer, req: ResponsesRequest | None

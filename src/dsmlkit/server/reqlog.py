@@ -35,7 +35,7 @@ def log_event(logger: logging.Logger, level: int, message: str, fields: dict[str
     logger.log(level, message, extra={FIELDS: fields})
 
 
-def new_request_id() -> str:
+def _new_request_id() -> str:
     """A fresh request id (``req_`` + 24 hex digits)."""
     return "req_" + secrets.token_hex(12)
 
@@ -46,10 +46,10 @@ def request_id_from(sent: str | None) -> str:
     refused)."""
     if sent is not None and len(sent) <= MAX_REQUEST_ID and _TOKEN.fullmatch(sent):
         return sent
-    return new_request_id()
+    return _new_request_id()
 
 
-def request_level(status: int) -> int:
+def _request_level(status: int) -> int:
     """A request line's level: ERROR for a 5xx, WARNING for a 4xx, else INFO."""
     if status >= 500:
         return logging.ERROR
@@ -114,7 +114,7 @@ class RequestRecord:
         self.duration = time.perf_counter() - self.started
         log_event(
             ACCESS_LOGGER,
-            request_level(self.status),
+            _request_level(self.status),
             f"{self.method} {self.route} {self.status} {self.id}",
             self.log_fields(),
         )
