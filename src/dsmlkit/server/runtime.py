@@ -212,9 +212,8 @@ def app_from_environment() -> Any:
 def _settle_heap() -> None:
     """Collect once, then leave all that is alive now (the app, its tokenizers, the
     libraries) out of every later collection, as serving engines do once they are loaded: a
-    full collection then walks what requests made, not the whole server (on the benchmark
-    machine about 60 ms per full collection, every stream paused, before; see
-    docs/server.md)."""
+    full collection, which pauses every stream, then walks what requests made, not the whole
+    server (docs/server.md, Benchmark, gives the pause before and after)."""
     gc.collect()
     gc.freeze()
 
