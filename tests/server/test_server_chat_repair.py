@@ -10,7 +10,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsmlkit.dialects import V4, V4_1
+from dsmlkit.dialects import DEFAULT_DIALECT, V4, V4_1
 from dsmlkit.parse import (
     ArgumentsDelta,
     Event,
@@ -36,7 +36,7 @@ def _client_id(upstream_id: str) -> str:
 def _repair() -> ChatRepair:
     ids = itertools.count()
     return ChatRepair(
-        lambda: Parser("v4.1", start_in="content", id_factory=lambda: f"call_{next(ids)}"),
+        lambda: Parser(DEFAULT_DIALECT, start_in="content", id_factory=lambda: f"call_{next(ids)}"),
         _client_id,
     )
 
