@@ -22,7 +22,6 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from tests.helpers import v41_tokenizer_file
 from tests.server.process import serve_process
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -48,10 +47,9 @@ pytestmark = pytest.mark.skipif(bool(_missing), reason=f"no {', '.join(_missing)
 
 
 @pytest.fixture(scope="module")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_url(v41_tokenizer: str) -> Iterator[str]:
     """With a V4.1 tokenizer file: prompts go upstream as token ids."""
-    tokenizer = v41_tokenizer_file(tmp_path_factory.mktemp("v41"))
-    with serve_process("--tokenizer", str(tokenizer)) as (_, url):
+    with serve_process("--tokenizer", v41_tokenizer) as (_, url):
         yield url
 
 
