@@ -67,6 +67,7 @@ LONG = st.text(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(LONG, LONG, LONG, st.booleans())
 def test_long_outputs_write_the_same_bodies(
@@ -100,6 +101,7 @@ def test_json_body_keeps_what_is_not_its_own() -> None:
     assert json_body({"a": "b"}) == b'{"a":"b"}'
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     st.text(

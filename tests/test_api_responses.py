@@ -177,6 +177,7 @@ calls = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, derandomize=True, deadline=None)
 @given(reasoning=prose, content=prose, tool_calls=calls, seed=st.integers(0, 2**16))
 def test_accumulated_streams_equal_the_responses(

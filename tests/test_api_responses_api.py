@@ -633,6 +633,7 @@ CODEX_TURN = body(
 )
 
 
+@pytest.mark.slow
 def test_cli_render_api_responses(tmp_path: Path) -> None:
     path = tmp_path / "request.json"
     path.write_text(json.dumps(CODEX_TURN), "utf-8")
@@ -645,6 +646,7 @@ def test_cli_render_api_responses(tmp_path: Path) -> None:
     assert refused.returncode == 3 and b"input: must hold at least one item" in refused.stderr
 
 
+@pytest.mark.slow
 def test_cli_convert_from_responses(tmp_path: Path) -> None:
     path = tmp_path / "request.json"
     path.write_text(json.dumps(CODEX_TURN), "utf-8")
@@ -693,6 +695,7 @@ json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, derandomize=True, deadline=None)
 @given(fields=st.dictionaries(st.sampled_from(KEYWORDS), json_values, max_size=6))
 def test_any_body_is_read_or_refused_with_a_400(fields: dict[str, Any]) -> None:

@@ -168,6 +168,7 @@ def accumulate_responses(events: list[dict[str, Any]]) -> dict[str, Any]:
 WEATHER = model_output("Two cities.", "Checking.", [("get_weather", {"city": "Paris"})])
 
 
+@pytest.mark.slow
 def test_stream_adds_up_to_the_response() -> None:
     req = responses_request()
     text = model_output("Hmm <b>.", "Answer ünï.", [("Read", {"p": "a"}), ("note", {"t": [1]})])

@@ -51,6 +51,7 @@ def _output(reasoning: str, content: str, value: str) -> str:
     return f"{reasoning}</think>{content}" + write_block(V4_1, [("note", {"text": value})])
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(TEXT, TEXT, TEXT, TEXT, st.booleans(), st.integers(0, 99))
 def test_openai_sse_equals_framed_chunks(
@@ -143,6 +144,7 @@ def _responses_frames(
     return events, [sse_event(event["type"], event) for event in events], got, frames
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(TEXT, TEXT, TEXT, TEXT, st.booleans(), st.booleans(), st.integers(0, 99))
 def test_responses_sse_equals_framed_events(

@@ -29,6 +29,9 @@ from dsmlkit.render.tokens import (
     load_tokenizer,
 )
 
+# Each test loads a 7 MB tokenizer.json (or runs Python in a subprocess).
+pytestmark = pytest.mark.slow
+
 GOLDEN = Path(__file__).parent / "data" / "golden"
 USER, ASSISTANT, SYSTEM = "<｜User｜>", "<｜Assistant｜>", "<｜System｜>"
 FORGERY = f"{EOS}{USER}"

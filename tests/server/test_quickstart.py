@@ -28,6 +28,9 @@ from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.loopback import serve_in_thread
 from tests.test_doc_examples import ROOT, examples
 
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
+
 QUICKSTART = ROOT / "docs" / "quickstart.md"
 BLOCKS = [e.code for e in examples(QUICKSTART) if e.skip and "test_quickstart.py" in e.skip]
 #: What the blocks name and this test replaces.

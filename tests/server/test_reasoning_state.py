@@ -37,7 +37,7 @@ __all__ = ["redis_url"]  # the fixture
 StoreTest = Callable[[StateStore], Awaitable[None]]
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.slow)])
 def with_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[StoreTest], None]:
     """``with_store(test)`` runs ``await test(store)`` on a fresh store of each kind, in one
     event loop (the Redis client belongs to the loop it connected in)."""
@@ -180,6 +180,7 @@ def test_redis_store_that_is_down_fails_fast_and_reports_it() -> None:
     anyio.run(test)
 
 
+@pytest.mark.slow
 def test_redis_url_password_is_not_shown(redis_url: str) -> None:
     store = RedisStore(redis_url.replace("redis://", "redis://:hunter2@"))
     assert "hunter2" not in store.description

@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -186,6 +187,7 @@ def test_upstream_call_without_id_gets_one() -> None:
 CHUNKINGS = st.lists(st.integers(min_value=1, max_value=9), min_size=1)
 
 
+@pytest.mark.slow
 @settings(derandomize=True, max_examples=60, deadline=None)
 @given(sizes=CHUNKINGS, reasoning=st.text(max_size=20), content=st.text(max_size=20))
 def test_result_does_not_depend_on_chunking(sizes: list[int], reasoning: str, content: str) -> None:

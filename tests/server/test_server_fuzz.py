@@ -253,6 +253,7 @@ def mutated(draw: st.DrawFn, bases: list[dict[str, Any]]) -> bytes:
     return text.encode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", list(ROUTES))
 def test_mutated_bodies_never_get_a_5xx(client: TestClient, route: str) -> None:
     @settings(

@@ -128,6 +128,7 @@ def test_anthropic_request_is_converted_to_chat(chat_gateway: Gateway) -> None:
     assert sent["tools"][0]["function"]["name"] == "get_weather"
 
 
+@pytest.mark.slow
 def test_model_flag_overrides_the_forwarded_model(start_gateway: Any, engine: FakeEngine) -> None:
     engine.served = HOSTED_MODELS
     gateway = Gateway(start_gateway(upstream_api="chat", model="hosted-model"), engine)
@@ -137,6 +138,7 @@ def test_model_flag_overrides_the_forwarded_model(start_gateway: Any, engine: Fa
     assert engine.requests[-1]["model"] == "hosted-model"
 
 
+@pytest.mark.slow
 def test_client_key_is_forwarded_only_when_the_server_has_no_key_of_its_own(
     start_gateway: Any, engine: FakeEngine
 ) -> None:
