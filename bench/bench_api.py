@@ -35,18 +35,16 @@ from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 from typing import Any
 
-from dsmlkit.api import (
+from dsmlkit.api import Usage
+from dsmlkit.api.anthropic import (
     AnthropicStream,
-    OpenAIStream,
-    Usage,
     anthropic_response,
     anthropic_response_json,
-    json_body,
-    openai_response,
     parse_anthropic_request,
-    parse_openai_request,
 )
+from dsmlkit.api.openai import OpenAIStream, openai_response, parse_openai_request
 from dsmlkit.api.responses import ResponsesStream, parse_responses_request
+from dsmlkit.api.sse import json_body
 from dsmlkit.dialects import get_dialect
 from dsmlkit.parse import MessageCollector, StartIn
 from dsmlkit.render import RenderCache, render, render_conversation, renderer

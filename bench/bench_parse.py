@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))  # tests.adversarial: the shapes the work-count te
 
 from tests.adversarial import SHAPES  # noqa: E402
 
-from dsmlkit.dialects import get_dialect  # noqa: E402
+from dsmlkit.dialects import DEFAULT_DIALECT, DIALECTS, get_dialect  # noqa: E402
 from dsmlkit.parse import MessageCollector, Parser  # noqa: E402
 
 DELTA = 4
@@ -191,7 +191,7 @@ def run_peers(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--dialect", default="v4.1", choices=["v3.2", "v4", "v4.1"])
+    ap.add_argument("--dialect", default=DEFAULT_DIALECT.name, choices=list(DIALECTS))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cli-mb", type=int, default=10, help="size of the CLI input (MB)")
     ap.add_argument("--peers", action="store_true", help="also run vLLM's and SGLang's parsers")

@@ -72,23 +72,36 @@ def summary(message: ParsedMessage) -> dict[str, Any]:
     }
 
 
-def v41_tokenizer_file(folder: Path) -> Path:
-    """The bundled V4 ``tokenizer.json`` plus V4.1's ``<｜System｜>`` (id 129280), which the
-    V4 file lacks and deepseek-recipe refuses to encode without."""
+#: The V4.1 template tokens the bundled V4 ``tokenizer.json`` lacks, and the ids the tests'
+#: V4.1 tokenizer gives them: ``<｜System｜>`` has V4.1's own id (deepseek-recipe refuses to
+#: encode a V4.1 prompt without it); the image placeholder takes the next free id.
+V41_ADDED_TOKENS = {"<｜System｜>": 129280, "<｜deepseek_image｜>": 129281}
+
+
+def v41_tokenizer_text() -> str:
+    """The tests' one V4.1 ``tokenizer.json``: the bundled V4 file plus
+    :data:`V41_ADDED_TOKENS` (the gateway's tokenizer and the fake engine's are both this)."""
     spec = json.loads(bundled_tokenizer_path().read_text(encoding="utf-8"))
-    spec["added_tokens"].append(
+    spec["added_tokens"] += [
         {
-            "id": 129280,
-            "content": "<｜System｜>",
+            "id": token_id,
+            "content": content,
             "single_word": False,
             "lstrip": False,
             "rstrip": False,
             "normalized": False,
             "special": False,
         }
-    )
+        for content, token_id in V41_ADDED_TOKENS.items()
+    ]
+    return json.dumps(spec, ensure_ascii=False)
+
+
+def v41_tokenizer_file(folder: Path) -> Path:
+    """:func:`v41_tokenizer_text` written to ``folder/tokenizer.json`` (tests take the
+    session fixture ``v41_tokenizer`` of tests/conftest.py instead)."""
     path = folder / "tokenizer.json"
-    path.write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
+    path.write_text(v41_tokenizer_text(), encoding="utf-8")
     return path
 
 

@@ -10,19 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsmlkit.api import (
-    RawJSON,
-    Usage,
+from dsmlkit.api import Usage
+from dsmlkit.api.anthropic import (
     anthropic_response,
     anthropic_response_json,
-    json_body,
-    openai_response,
     parse_anthropic_request,
-    parse_openai_request,
-    parse_responses_request,
-    responses_response,
 )
-from dsmlkit.api.sse import LONG_STRING, json_utf8
+from dsmlkit.api.openai import openai_response, parse_openai_request
+from dsmlkit.api.responses import parse_responses_request, responses_response
+from dsmlkit.api.sse import LONG_STRING, RawJSON, json_body, json_utf8
 from dsmlkit.dialects import V4_1
 from dsmlkit.parse import MessageCollector, ParsedMessage
 from tests.helpers import write_block
@@ -71,6 +67,7 @@ LONG = st.text(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(LONG, LONG, LONG, st.booleans())
 def test_long_outputs_write_the_same_bodies(
@@ -104,6 +101,7 @@ def test_json_body_keeps_what_is_not_its_own() -> None:
     assert json_body({"a": "b"}) == b'{"a":"b"}'
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     st.text(

@@ -11,18 +11,10 @@ import pytest
 from anthropic.types import ErrorResponse
 from openai.types.shared import ErrorObject
 
-from dsmlkit.api import (
-    ApiError,
-    InvalidRequest,
-    anthropic_error_body,
-    api_error,
-    convert_output,
-    openai_error_body,
-    parse_anthropic_request,
-    parse_openai_request,
-    parse_request,
-    to_openai_chat_body,
-)
+from dsmlkit.api import ApiError, InvalidRequest, convert_output, parse_request, to_openai_chat_body
+from dsmlkit.api.anthropic import parse_anthropic_request
+from dsmlkit.api.errors import anthropic_error_body, api_error, openai_error_body
+from dsmlkit.api.openai import parse_openai_request
 from dsmlkit.render import render, render_conversation
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "conversion.json").read_text("utf-8"))

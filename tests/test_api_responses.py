@@ -21,24 +21,12 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.shared import ErrorObject
 from pydantic import TypeAdapter
 
-from dsmlkit.api import (
-    AnthropicStream,
-    ApiError,
-    ChatRequest,
-    InvalidRequest,
-    OpenAIStream,
-    Usage,
-    anthropic_error_body,
-    anthropic_response,
-    call_id_factory,
-    check_tool_choice,
-    openai_error_body,
-    openai_response,
-    parse_anthropic_request,
-    parse_openai_request,
-    sse_anthropic,
-    sse_openai,
-)
+from dsmlkit.api import ApiError, ChatRequest, InvalidRequest, Usage, call_id_factory
+from dsmlkit.api.anthropic import AnthropicStream, anthropic_response, parse_anthropic_request
+from dsmlkit.api.common import check_tool_choice
+from dsmlkit.api.errors import anthropic_error_body, openai_error_body
+from dsmlkit.api.openai import OpenAIStream, openai_response, parse_openai_request
+from dsmlkit.api.sse import sse_anthropic, sse_openai
 from dsmlkit.dialects import V4_1
 from dsmlkit.errors import CallerError
 from dsmlkit.parse import MessageCollector, ParsedMessage, ToolCall
@@ -189,6 +177,7 @@ calls = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, derandomize=True, deadline=None)
 @given(reasoning=prose, content=prose, tool_calls=calls, seed=st.integers(0, 2**16))
 def test_accumulated_streams_equal_the_responses(

@@ -19,16 +19,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from openai.types.shared import ErrorObject
 
-from dsmlkit.api import (
-    ApiError,
-    api_error,
-    openai_error_body,
-    parse_request,
-    parse_responses_request,
-    to_openai_chat_body,
-)
+from dsmlkit.api import ApiError, parse_request, to_openai_chat_body
 from dsmlkit.api.common import ChatRequest
-from dsmlkit.api.responses import qualified_name
+from dsmlkit.api.errors import api_error, openai_error_body
+from dsmlkit.api.responses import parse_responses_request, qualified_name
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.render import render_conversation
 from tests.helpers import MarkedSealer
@@ -639,6 +633,7 @@ CODEX_TURN = body(
 )
 
 
+@pytest.mark.slow
 def test_cli_render_api_responses(tmp_path: Path) -> None:
     path = tmp_path / "request.json"
     path.write_text(json.dumps(CODEX_TURN), "utf-8")
@@ -651,6 +646,7 @@ def test_cli_render_api_responses(tmp_path: Path) -> None:
     assert refused.returncode == 3 and b"input: must hold at least one item" in refused.stderr
 
 
+@pytest.mark.slow
 def test_cli_convert_from_responses(tmp_path: Path) -> None:
     path = tmp_path / "request.json"
     path.write_text(json.dumps(CODEX_TURN), "utf-8")
@@ -699,6 +695,7 @@ json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, derandomize=True, deadline=None)
 @given(fields=st.dictionaries(st.sampled_from(KEYWORDS), json_values, max_size=6))
 def test_any_body_is_read_or_refused_with_a_400(fields: dict[str, Any]) -> None:

@@ -19,17 +19,10 @@ from openai.types.responses import Response, ResponseStreamEvent
 from openai.types.shared import ErrorObject
 from pydantic import TypeAdapter
 
-from dsmlkit.api import (
-    InvalidRequest,
-    ResponsesRequest,
-    ResponsesStream,
-    Usage,
-    call_id_factory,
-    openai_error_body,
-    parse_responses_request,
-    responses_response,
-    sse_event,
-)
+from dsmlkit.api import InvalidRequest, ResponsesRequest, Usage, call_id_factory
+from dsmlkit.api.errors import openai_error_body
+from dsmlkit.api.responses import ResponsesStream, parse_responses_request, responses_response
+from dsmlkit.api.sse import sse_event
 from dsmlkit.dialects import V4_1
 from dsmlkit.errors import CallerError
 from dsmlkit.parse import MessageCollector, ParsedMessage
@@ -175,6 +168,7 @@ def accumulate_responses(events: list[dict[str, Any]]) -> dict[str, Any]:
 WEATHER = model_output("Two cities.", "Checking.", [("get_weather", {"city": "Paris"})])
 
 
+@pytest.mark.slow
 def test_stream_adds_up_to_the_response() -> None:
     req = responses_request()
     text = model_output("Hmm <b>.", "Answer ünï.", [("Read", {"p": "a"}), ("note", {"t": [1]})])

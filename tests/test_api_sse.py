@@ -11,23 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsmlkit.api import (
-    SSE_DONE,
-    AnthropicStream,
-    ChatRequest,
-    OpenAIStream,
-    ResponsesRequest,
-    ResponsesStream,
-    Usage,
-    call_id_factory,
-    parse_anthropic_request,
-    parse_openai_request,
-    parse_responses_request,
-    sse_anthropic,
-    sse_event,
-    sse_openai,
-)
-from dsmlkit.api.sse import TextFrames, json_string
+from dsmlkit.api import ChatRequest, ResponsesRequest, Usage, call_id_factory
+from dsmlkit.api.anthropic import AnthropicStream, parse_anthropic_request
+from dsmlkit.api.openai import OpenAIStream, parse_openai_request
+from dsmlkit.api.responses import ResponsesStream, parse_responses_request
+from dsmlkit.api.sse import SSE_DONE, TextFrames, json_string, sse_anthropic, sse_event, sse_openai
 from dsmlkit.dialects import V4_1
 from dsmlkit.parse import ContentDelta, Event, Parser, StartIn
 from tests.helpers import MarkedSealer, random_chunks, write_block
@@ -63,6 +51,7 @@ def _output(reasoning: str, content: str, value: str) -> str:
     return f"{reasoning}</think>{content}" + write_block(V4_1, [("note", {"text": value})])
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(TEXT, TEXT, TEXT, TEXT, st.booleans(), st.integers(0, 99))
 def test_openai_sse_equals_framed_chunks(
@@ -155,6 +144,7 @@ def _responses_frames(
     return events, [sse_event(event["type"], event) for event in events], got, frames
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(TEXT, TEXT, TEXT, TEXT, st.booleans(), st.booleans(), st.integers(0, 99))
 def test_responses_sse_equals_framed_events(

@@ -77,6 +77,7 @@ def test_unreadable_file_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert "cannot read" in err
 
 
+@pytest.mark.slow
 def test_console_entry_point(tmp_path: Path) -> None:
     path = tmp_path / "body.json"
     path.write_text(json.dumps(VECTORS[0]["request"]), "utf-8")

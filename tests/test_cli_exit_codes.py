@@ -12,6 +12,9 @@ import pytest
 
 from dsmlkit.cli import EXIT_INPUT, EXIT_USAGE
 
+# Every test runs the dsmlkit command in a subprocess.
+pytestmark = pytest.mark.slow
+
 #: Each subcommand with the flags it needs besides its input FILE.
 COMMANDS = {
     "parse": [],

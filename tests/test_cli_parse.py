@@ -13,6 +13,9 @@ import pytest
 from dsmlkit.dialects import V4, V4_1
 from tests.helpers import write_block
 
+# Every test runs the dsmlkit command in a subprocess.
+pytestmark = pytest.mark.slow
+
 TEXT = "Checking.\n" + write_block(V4_1, [("get_weather", {"city": "Oslo", "days": 3})])
 
 

@@ -116,6 +116,7 @@ def test_frontend_crates_case_renders_byte_for_byte(
     assert out == case["expected"].encode("utf-8")
 
 
+@pytest.mark.slow
 def test_output_is_utf8_bytes_whatever_the_locale(tmp_path: Path) -> None:
     source = GOLDEN / "v4" / "case3.input.json"  # CJK text
     env = {**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C", "LANG": "C"}
@@ -202,6 +203,7 @@ def test_tool_reference_schema_hides_deferred_tools(
     assert by_schema.index(definition) > by_schema.index(b"find a tool")
 
 
+@pytest.mark.slow
 def test_tokens_prints_prompt_ids_and_output_start(
     capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,6 +225,7 @@ def test_tokens_prints_prompt_ids_and_output_start(
     assert json.loads(chat)["output_starts_in"] == "content"
 
 
+@pytest.mark.slow
 def test_tokens_warns_about_a_missing_token_on_stderr(
     capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
 ) -> None:

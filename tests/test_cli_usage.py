@@ -16,6 +16,9 @@ from dsmlkit import __version__
 from dsmlkit.cli import EXIT_INPUT, EXIT_USAGE, SUBCOMMANDS, build_parser
 from dsmlkit.dialects import DIALECT_ALIASES, DIALECTS
 
+# The dsmlkit command in a subprocess, in all but two tests.
+pytestmark = pytest.mark.slow
+
 
 def run_cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     return subprocess.run(

@@ -13,7 +13,7 @@ from dsmlkit.api.common import (
     DEFAULT_MAX_TOKENS_MAX_EFFORT,
     DEFAULT_MAX_TOKENS_THINKING,
 )
-from dsmlkit.dialects import EOS
+from dsmlkit.dialects import DEFAULT_DIALECT, EOS
 from dsmlkit.parse import (
     ArgumentsDelta,
     ContentDelta,
@@ -39,7 +39,7 @@ def anthropic(**extra: Any) -> dict[str, Any]:
     return {"model": "m", "max_tokens": 64, "messages": [USER], **extra}
 
 
-def rendered(api: str, body: dict[str, Any], dialect: str = "v4.1") -> RenderResult:
+def rendered(api: str, body: dict[str, Any], dialect: str = DEFAULT_DIALECT.name) -> RenderResult:
     req = parse_request(api, body, dialect=dialect)
     return render_conversation(req.conversation, req.render)
 

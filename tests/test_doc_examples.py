@@ -68,6 +68,7 @@ def test_the_docs_hold_examples_of_both_kinds() -> None:
     assert sum(e.skip is None for e in EXAMPLES) >= 8
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES, ids=[e.id for e in EXAMPLES])
 def test_example_runs_as_written(example: Example, tmp_path: Path) -> None:
     if example.skip:

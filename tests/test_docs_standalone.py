@@ -38,6 +38,7 @@ def _listed() -> list[str]:
     ).stdout.split()
 
 
+@pytest.mark.slow
 def test_no_tracked_text_points_outside_the_checkout() -> None:
     found = []
     for name in _listed():

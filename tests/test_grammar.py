@@ -138,6 +138,7 @@ def test_whitespace_is_what_the_parser_skips() -> None:
     assert frozenset(c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace()) == WHITESPACE
 
 
+@pytest.mark.slow
 def test_the_core_imports_only_the_standard_library() -> None:
     code = (
         "import json, sys; before = set(sys.modules); import dsmlkit.grammar; "
@@ -167,6 +168,7 @@ def tools_file(tmp_path: Path) -> str:
     return str(path)
 
 
+@pytest.mark.slow
 def test_cli_prints_the_structural_tag_and_the_ebnf(tools_file: str) -> None:
     args = ["--dialect", "v4.1", "--tools", tools_file, "--tool-choice", "get_weather"]
     done = run_cli(*args, "--thinking", "--no-parallel", "--format", "xgrammar")
@@ -180,6 +182,7 @@ def test_cli_prints_the_structural_tag_and_the_ebnf(tools_file: str) -> None:
     assert done.stdout.decode("utf-8") == ebnf("v4.1", TOOLS, tool_choice="get_weather")
 
 
+@pytest.mark.slow
 def test_cli_reads_a_tools_object_from_stdin() -> None:
     done = run_cli(
         "--dialect", "v4", "--tools", "-", "--format", "ebnf", stdin=json.dumps({"tools": TOOLS})
@@ -188,6 +191,7 @@ def test_cli_reads_a_tools_object_from_stdin() -> None:
     assert done.stdout.decode("utf-8") == ebnf("v4", TOOLS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -207,6 +211,7 @@ def test_cli_usage_errors_are_one_line_and_exit_2(
     assert message in lines[0]
 
 
+@pytest.mark.slow
 def test_cli_rejects_a_tools_file_that_is_not_json(tmp_path: Path) -> None:
     path = tmp_path / "tools.json"
     path.write_text("[{", "utf-8")

@@ -8,6 +8,7 @@ starts anywhere.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -81,6 +82,7 @@ def _check(text: str, starts: list[int], start: int, found: int) -> None:
     assert not wanted or found <= wanted[0], (text, start, found, wanted[0])
 
 
+@pytest.mark.slow
 @settings(
     max_examples=400,
     derandomize=True,

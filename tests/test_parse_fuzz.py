@@ -209,6 +209,7 @@ def check_example(rng: random.Random, dialect: Dialect) -> None:
     check_output(text, chunkings, dialect.name, **options)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch", range(BATCHES))
 @pytest.mark.parametrize("dialect", list(DIALECTS))
 def test_fuzz_corpus_passes_every_check(dialect: str, batch: int) -> None:
@@ -220,6 +221,7 @@ def test_fuzz_corpus_passes_every_check(dialect: str, batch: int) -> None:
             raise AssertionError(f"corpus seed {seed} ({dialect}): {error}") from error
 
 
+@pytest.mark.slow
 @settings(
     max_examples=200,
     derandomize=True,

@@ -48,6 +48,7 @@ NEAR_MISSES = [
 ]
 
 
+@pytest.mark.slow
 @INVARIANT_SETTINGS
 @given(
     dialect=st.sampled_from(ALL_DIALECTS),
@@ -81,6 +82,7 @@ def test_event_stream_is_identical_under_every_chunking(
     assert starts == [name for name, _ in call_list]
 
 
+@pytest.mark.slow
 @INVARIANT_SETTINGS
 @given(
     pieces=st.lists(st.one_of(plain_text, st.sampled_from(TRICKY + NEAR_MISSES)), max_size=12),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from json.encoder import encode_basestring
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,12 +29,14 @@ long_text = st.tuples(ascii_text, st.integers(1, 3000), st.text(max_size=3)).map
 )
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(st.one_of(ascii_text, long_text))
 def test_json_fragment_is_encode_basestring(text: str) -> None:
     assert json_fragment(text) == encode_basestring(text)[1:-1]
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(long_text.filter(lambda text: "<" not in text))
 def test_long_value_whole_equals_streamed(value: str) -> None:

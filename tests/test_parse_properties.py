@@ -11,6 +11,7 @@ import random
 import re
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -108,6 +109,7 @@ def safe_prose(text: str) -> bool:
     return THINK_CLOSE not in text and THINK_OPEN not in text and EOS not in text
 
 
+@pytest.mark.slow
 @PROPERTY_SETTINGS
 @given(
     dialect=st.sampled_from(ALL_DIALECTS),
@@ -146,6 +148,7 @@ def test_generated_calls_round_trip_in_any_chunking(
         assert parse_chunks(random_chunks(text, rng, max_size), dialect, start_in=start_in) == whole
 
 
+@pytest.mark.slow
 @PROPERTY_SETTINGS
 @given(
     dialect=st.sampled_from(ALL_DIALECTS),
@@ -182,6 +185,7 @@ def test_argument_fragments_add_up_to_the_final_json(
         assert json.loads(end.arguments_json) == end.arguments == call_list[index][1]
 
 
+@pytest.mark.slow
 @PROPERTY_SETTINGS
 @given(
     pieces=st.lists(
@@ -200,6 +204,7 @@ def test_marker_fragments_are_never_lost(pieces: list[str], seed: int) -> None:
     assert parse_chunks(random_chunks(text, random.Random(seed), 4), "v4") == whole
 
 
+@pytest.mark.slow
 @PROPERTY_SETTINGS
 @given(
     pieces=st.lists(

@@ -48,6 +48,7 @@ def test_vector_non_streaming(vector: dict[str, Any]) -> None:
         assert json.loads(call.arguments_json) == call.arguments
 
 
+@pytest.mark.slow
 def test_vector_every_chunking(vector: dict[str, Any]) -> None:
     text, dialect, options = vector["text"], vector["version"], _options(vector)
     whole = parse_chunks([text], dialect, **options)

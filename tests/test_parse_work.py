@@ -33,6 +33,7 @@ def work(text: str, dialect: Dialect, delta: int | None) -> int:
     return parser.work
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dialect", ["v4", "v4.1"])
 @pytest.mark.parametrize("shape", list(SHAPES.values()), ids=list(SHAPES))
 def test_work_is_linear(shape: Callable[[Dialect, int], str], dialect: str) -> None:

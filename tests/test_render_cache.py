@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dsmlkit.api import parse_openai_request
+from dsmlkit.api.openai import parse_openai_request
 from dsmlkit.render import RenderCache, RenderResult, render
 from tests.test_render_golden import GOLDEN, _cases, _options
 
@@ -109,6 +109,7 @@ def _cases_random(count: int) -> list[tuple[list[dict[str, Any]], dict[str, Any]
     ]
 
 
+@pytest.mark.slow
 def test_random_conversations_render_alike_with_and_without_a_cache() -> None:
     shared = RenderCache(message_chars=2_000, blocks=16)  # small: it starts again often
     for messages, options in _cases_random(150):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
@@ -94,6 +95,7 @@ def _same(left: Any, right: Any) -> bool:
     return bool(left == right)
 
 
+@pytest.mark.slow
 @settings(derandomize=True, max_examples=200, deadline=None)
 @given(_assistant_turns())
 def test_parser_reads_back_the_rendered_assistant_turn(

@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
-from dsmlkit.api import ApiError, api_error, parse_options, parse_request
+from dsmlkit.api import ApiError, parse_options, parse_request
+from dsmlkit.api.errors import api_error
+from dsmlkit.dialects import DEFAULT_DIALECT
 from dsmlkit.errors import CallerError, DsmlkitError, InvalidRequest, UsageError
 from dsmlkit.render import render, render_conversation
 from dsmlkit.server.errors import UpstreamError
@@ -35,7 +37,7 @@ JOINED_TURN: list[dict[str, Any]] = [
 def test_an_api_reader_joins_consecutive_assistant_messages_into_one_turn() -> None:
     split = parse_request("openai", {"model": "m", "messages": codex_chat_turn(), "tools": TOOLS})
     split_prompt = render_conversation(split.conversation, split.render).prompt
-    assert split_prompt == render(JOINED_TURN, TOOLS, dialect="v4.1").prompt
+    assert split_prompt == render(JOINED_TURN, TOOLS, dialect=DEFAULT_DIALECT).prompt
     assert split_prompt.count("<｜end▁of▁sentence｜>") == 1
 
 

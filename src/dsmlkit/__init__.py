@@ -4,7 +4,15 @@ The core (dialects, parser, renderer, API adapters) imports only the standard li
 """
 
 from dsmlkit._version import __version__
-from dsmlkit.dialects import DIALECTS, Dialect, get_dialect
+from dsmlkit.dialects import DEFAULT_DIALECT, DIALECTS, Dialect, get_dialect
 from dsmlkit.errors import DsmlkitError, InvalidRequest
 
-__all__ = ["DIALECTS", "Dialect", "DsmlkitError", "InvalidRequest", "__version__", "get_dialect"]
+__all__ = [
+    "DEFAULT_DIALECT",
+    "DIALECTS",
+    "Dialect",
+    "DsmlkitError",
+    "InvalidRequest",
+    "__version__",
+    "get_dialect",
+]

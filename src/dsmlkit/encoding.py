@@ -95,7 +95,7 @@ class Encoding:
         """
         tools = list(tools) if tools is not None else None
         start = result.output_starts_in
-        completed = calls_completed(self.parser(start, tools=tools), result.output_prefix)
+        completed = _calls_completed(self.parser(start, tools=tools), result.output_prefix)
         parser = self.parser(start, tools=tools, strict=strict, id_factory=id_factory)
         return OutputReader(parser, result, completed)
 
@@ -113,7 +113,7 @@ class OutputReader:
     it, before the continuation's first events. The calls of the answer are numbered from
     0, and it finishes ``tool_calls`` only when it holds one.
 
-    ``completed``: how many calls the prefix completes (:func:`calls_completed`).
+    ``completed``: how many calls the prefix completes (:func:`_calls_completed`).
     """
 
     def __init__(self, parser: Parser, result: RenderResult, completed: int) -> None:
@@ -180,7 +180,7 @@ def _call_event(event: Event) -> TypeGuard[ToolCallStart | ArgumentsDelta | Tool
     return isinstance(event, ToolCallStart | ArgumentsDelta | ToolCallEnd)
 
 
-def calls_completed(parser: Parser, prefix: str) -> int:
+def _calls_completed(parser: Parser, prefix: str) -> int:
     """How many calls ``prefix`` completes, read to its end by a fresh ``parser`` (the calls
     complete in order, so they are the first ones)."""
     if not prefix:

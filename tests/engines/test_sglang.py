@@ -23,6 +23,9 @@ from tests.engines.vectors import (
     tools_for,
 )
 
+# Serving engines (vLLM, SGLang, TensorRT-LLM's stand-in): imported, started or run as processes.
+pytestmark = pytest.mark.slow
+
 NAMES = {"v3.2": "dsmlkit_v32", "v4": "dsmlkit_v4", "v4.1": "dsmlkit_v41"}
 
 

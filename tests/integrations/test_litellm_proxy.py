@@ -35,6 +35,9 @@ from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.loopback import serve_in_thread
 from tests.server.process import free_port, serve_process
 
+# A real LiteLLM proxy process.
+pytestmark = pytest.mark.slow
+
 CALL = [("get_weather", {"city": "Paris"})]
 FULL = write_block(V4_1, CALL)
 #: The leak shapes the gateway's tests replay (tests/test_parse_recoveries.py).

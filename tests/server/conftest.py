@@ -19,7 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dsmlkit.server import ServerConfig, create_app
-from tests.server.fake_engine import V41_RENAMES, FakeEngine, tokenizer_json
+from tests.server.fake_engine import FakeEngine
 from tests.server.loopback import serve_in_thread
 
 #: Upstream read timeout of the test gateways: long enough for any replay, short enough
@@ -62,14 +62,6 @@ def openai_client(url: str) -> openai.OpenAI:
 @functools.cache
 def anthropic_client(url: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url, api_key="test", max_retries=0, timeout=CLIENT_TIMEOUT)
-
-
-@pytest.fixture(scope="session")
-def v41_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The path of the V4.1-style tokenizer.json the fake engine uses."""
-    path = tmp_path_factory.mktemp("v41") / "tokenizer.json"
-    path.write_text(tokenizer_json(V41_RENAMES), encoding="utf-8")
-    return str(path)
 
 
 @pytest.fixture(scope="session")

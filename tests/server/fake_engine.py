@@ -45,7 +45,7 @@ from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
 
 from dsmlkit.dialects import BOS
-from dsmlkit.render.tokens import bundled_tokenizer_path
+from tests.helpers import v41_tokenizer_text
 from tests.server.fake_hosted import (
     MESSAGES_PATH,
     chat_chunks,
@@ -95,25 +95,9 @@ class Reply:
     ignore_stop: bool = False
 
 
-#: A stand-in for the V4.1 tokenizer file: the bundled V4 file with two placeholder tokens
-#: renamed to the V4.1 template tokens it lacks (the real ids may differ).
-V41_RENAMES = {
-    "<｜place▁holder▁no▁0｜>": "<｜System｜>",
-    "<｜place▁holder▁no▁1｜>": "<｜deepseek_image｜>",
-}
-
-
-def tokenizer_json(renames: dict[str, str] | None = None) -> str:
-    """The bundled DeepSeek ``tokenizer.json`` with added tokens renamed."""
-    spec = json.loads(bundled_tokenizer_path().read_text(encoding="utf-8"))
-    for token in spec["added_tokens"]:
-        token["content"] = (renames or {}).get(token["content"], token["content"])
-    return json.dumps(spec)
-
-
-def engine_tokenizer(renames: dict[str, str] | None = None) -> Tokenizer:
-    """A tokenizer as an engine loads it (added tokens matched in any text)."""
-    return Tokenizer.from_str(tokenizer_json(renames))
+def engine_tokenizer() -> Tokenizer:
+    """The tests' V4.1 tokenizer as an engine loads it (added tokens matched in any text)."""
+    return Tokenizer.from_str(v41_tokenizer_text())
 
 
 @dataclass
@@ -123,7 +107,7 @@ class FakeEngine:
     default: Reply = field(default_factory=lambda: Reply(text="Hello.", content="Hello."))
     served: tuple[str, ...] = ("deepseek-v4.1",)
     max_model_len: int = 163840
-    tokenizer: Tokenizer = field(default_factory=lambda: engine_tokenizer(V41_RENAMES))
+    tokenizer: Tokenizer = field(default_factory=engine_tokenizer)
     script: deque[Reply] = field(default_factory=deque)
     requests: list[dict[str, Any]] = field(default_factory=list)
     authorizations: list[str | None] = field(default_factory=list)

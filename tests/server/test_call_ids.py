@@ -25,6 +25,9 @@ from tests.server.process import serve_process
 from tests.server.sdk import ask
 from tests.server.test_model_turns import echoed, tools
 
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
+
 APIS = [(api, stream) for api in ("anthropic", "openai", "responses") for stream in (False, True)]
 API_IDS = [f"{api}{'-stream' if stream else ''}" for api, stream in APIS]
 BASH = {"type": "object", "properties": {"command": {"type": "string"}}}

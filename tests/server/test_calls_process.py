@@ -38,6 +38,9 @@ from tests.server.test_choice_enforced import (
     refused,
 )
 
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
+
 MODES = ["completions", "chat"]
 
 

@@ -112,6 +112,7 @@ def only_weather(answer: Answer, api: str) -> None:
 # --- a named tool_choice --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("gateway", MODES, indirect=True)
 @pytest.mark.parametrize(("api", "stream"), APIS, ids=API_IDS)
 def test_a_named_choice_lets_only_that_tool_through(

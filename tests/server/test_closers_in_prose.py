@@ -18,6 +18,9 @@ import pytest
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.process import serve_process
 
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
+
 PARAM = "</｜DSML｜ parameter>"
 QUOTED = f"Each value ends with {PARAM}, so the file now reads:\n{PARAM}\n</｜DSML｜ invoke> done."
 ANSWER = "The file has 3 lines."

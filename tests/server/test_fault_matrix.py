@@ -33,6 +33,9 @@ from tests.server.sdk import Answer, declared
 from tests.server.sdk import ask as ask_sdk
 from tests.server.test_choice_enforced import engine_block
 
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
+
 #: ``--upstream-timeout`` of the gateways under test.
 UPSTREAM_TIMEOUT = 1.0
 #: How late an error may come: the timeout, the gateway's check of a waiting read (every

@@ -110,6 +110,7 @@ def test_every_dialect_gets_its_own_opener(
     assert engine.requests[-1]["prompt"].endswith(opener)
 
 
+@pytest.mark.slow
 def test_the_opener_goes_upstream_as_the_models_own_token_ids(
     completions_gateway: Gateway,
 ) -> None:

@@ -27,6 +27,9 @@ from tests.server.process import serve_process
 from tests.server.sdk import ask, declared
 from tests.server.test_reasoning_roundtrip import REASONING, history, tools_for
 
+# Real dsmlkit serve processes.
+pytestmark = pytest.mark.slow
+
 APIS = [("openai", False), ("openai", True), ("anthropic", False), ("anthropic", True)]
 API_IDS = ["openai", "openai-stream", "anthropic", "anthropic-stream"]
 UPSTREAM_CALL = {"id": "toolu_up_" + "a1b2c3" * 4, "name": "get_weather", "arguments": "{}"}

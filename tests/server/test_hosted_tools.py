@@ -26,6 +26,9 @@ from tests.server.fake_engine import FakeEngine
 from tests.server.mock_upstream import ScriptedChat, chat_stream, mock_upstream
 from tests.server.process import serve_process
 
+# Real dsmlkit serve processes.
+pytestmark = pytest.mark.slow
+
 WEB_SEARCH: Any = {"type": "deepseek_web_search"}
 READ_URL: Any = {"type": "deepseek_read_url", "name": "deepseek_read_url"}
 LOOKUP: Any = {

@@ -41,6 +41,9 @@ from tests.server.test_server_fuzz import (
     json_paths,
 )
 
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
+
 COUNT = int(os.environ.get("DSMLKIT_HOSTILE_BODIES", "10000"))
 #: Client connections sending at once (the server is one process).
 CLIENTS = 4

@@ -24,6 +24,9 @@ from tests.server.fake_engine import FakeEngine
 from tests.server.loopback import serve_in_thread
 from tests.server.process import ServerLog, serve_process
 
+# Real dsmlkit serve processes.
+pytestmark = pytest.mark.slow
+
 MODEL = "deepseek-v4.1"
 #: The engine's context: small, so that the images' tokens decide what max_tokens fits.
 CONTEXT = 4000

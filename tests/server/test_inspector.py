@@ -46,6 +46,7 @@ def test_page_loads_nothing_from_elsewhere(name: str) -> None:
     assert "innerHTML" not in text  # model text only ever goes in as text nodes
 
 
+@pytest.mark.slow
 def test_page_needs_no_key_but_the_routes_it_calls_do() -> None:
     with TestClient(create_app(ServerConfig(api_key="k" * 12))) as client:
         assert client.get("/ui").status_code == 200

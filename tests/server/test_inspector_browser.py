@@ -22,7 +22,6 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from tests.helpers import v41_tokenizer_file
 from tests.images import data_url, png
 from tests.server.process import serve_process
 
@@ -45,14 +44,17 @@ _missing = [
 ]
 if _missing and os.environ.get("DSMLKIT_REQUIRE_BROWSER") == "1":
     raise RuntimeError(f"DSMLKIT_REQUIRE_BROWSER=1 but {', '.join(_missing)} is not installed")
-pytestmark = pytest.mark.skipif(bool(_missing), reason=f"no {', '.join(_missing)} here")
+# A real dsmlkit serve process and a headless Chromium.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(bool(_missing), reason=f"no {', '.join(_missing)} here"),
+]
 
 
 @pytest.fixture(scope="module")
-def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def server_url(v41_tokenizer: str) -> Iterator[str]:
     """With a V4.1 tokenizer file: prompts go upstream as token ids."""
-    tokenizer = v41_tokenizer_file(tmp_path_factory.mktemp("v41"))
-    with serve_process("--tokenizer", str(tokenizer)) as (_, url):
+    with serve_process("--tokenizer", v41_tokenizer) as (_, url):
         yield url
 
 

@@ -21,6 +21,9 @@ from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.process import serve_process
 from tests.server.test_reasoning_roundtrip import TOOLS
 
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
+
 CONTEXT = 300
 CLAUDE_CODE_MAX_TOKENS = 128000
 MESSAGES: Any = [{"role": "user", "content": "hello there"}]

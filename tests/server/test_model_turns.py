@@ -98,6 +98,7 @@ def access_lines(caplog: pytest.LogCaptureFixture, count: int) -> list[dict[str,
         time.sleep(0.01)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("api", "stream"),
     [*APIS, ("responses", False), ("responses", True)],

@@ -11,8 +11,12 @@ from __future__ import annotations
 import re
 
 import httpx
+import pytest
 
 from tests.server.process import serve_process
+
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
 
 #: 1.6 MB of prose, as in the issue's report.
 PROSE = ("Some prose about the weather, with <b>tags</b> & quotes.\n" * 30_000)[:1_600_000]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,9 +24,12 @@ import pytest
 
 from dsmlkit.dialects import V4_1
 from tests.helpers import write_block
-from tests.server.fake_engine import V41_RENAMES, FakeEngine, Reply, tokenizer_json
+from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.loopback import serve_in_thread
 from tests.test_doc_examples import ROOT, examples
+
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
 
 QUICKSTART = ROOT / "docs" / "quickstart.md"
 BLOCKS = [e.code for e in examples(QUICKSTART) if e.skip and "test_quickstart.py" in e.skip]
@@ -104,11 +108,13 @@ def _run(script: str, tmp_path: Path) -> str:
     return done.stdout
 
 
-def test_the_gateway_in_front_of_vllm_is_ready_and_answers_with_a_call(tmp_path: Path) -> None:
+def test_the_gateway_in_front_of_vllm_is_ready_and_answers_with_a_call(
+    tmp_path: Path, v41_tokenizer: str
+) -> None:
     gateway, check, _ = BLOCKS
     folder = tmp_path / "DeepSeek-V4.1-Flash"
     folder.mkdir()
-    (folder / "tokenizer.json").write_text(tokenizer_json(V41_RENAMES), "utf-8")
+    shutil.copyfile(v41_tokenizer, folder / "tokenizer.json")
     engine = FakeEngine()
     engine.push(Reply(text="The user wants the weather.</think>" + CALL))
     with serve_in_thread(engine.app) as engine_url:

@@ -19,6 +19,9 @@ from tests.server.process import free_port
 from tests.server.redis_server import redis_server, redis_url
 from tests.server.test_reasoning_roundtrip import REASONING, first_turn, follow_up, history
 
+# Real processes (dsmlkit serve, Redis).
+pytestmark = pytest.mark.slow
+
 __all__ = ["redis_url"]  # the fixture
 
 

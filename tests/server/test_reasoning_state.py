@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 from dsmlkit.api import ReadContext, SealError, api_named
+from dsmlkit.dialects import DEFAULT_DIALECT
 from dsmlkit.parse import ReasoningDelta, ToolCallEnd
 from dsmlkit.server.fold import AnswerTracker
 from dsmlkit.server.model_turns import ModelCall
@@ -42,7 +43,7 @@ __all__ = ["redis_url"]  # the fixture
 StoreTest = Callable[[StateStore], Awaitable[None]]
 
 
-@pytest.fixture(params=["memory", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.slow)])
 def with_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[StoreTest], None]:
     """``with_store(test)`` runs ``await test(store)`` on a fresh store of each kind, in one
     event loop (the Redis client belongs to the loop it connected in)."""
@@ -185,6 +186,7 @@ def test_redis_store_that_is_down_fails_fast_and_reports_it() -> None:
     anyio.run(test)
 
 
+@pytest.mark.slow
 def test_redis_url_password_is_not_shown(redis_url: str) -> None:
     store = RedisStore(redis_url.replace("redis://", "redis://:hunter2@"))
     assert "hunter2" not in store.description
@@ -241,7 +243,7 @@ def test_signatures_bind_the_text_the_model_and_the_key_ring() -> None:
 
 def _restored(mem: ReasoningMemory, api: str, body: dict[str, Any]) -> Restored:
     """``body`` read as the gateway reads it (signatures checked), then restored."""
-    context = ReadContext("v4.1", signatures=mem.signer)
+    context = ReadContext(DEFAULT_DIALECT, signatures=mem.signer)
     restored: Restored = run(restore, mem, api_named(api).read({"model": "m", **body}, context))
     return restored
 
@@ -253,7 +255,7 @@ def test_restore_never_changes_the_request_read() -> None:
     body = {
         "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "tool_calls": [call]}]
     }
-    read = api_named("openai").read({"model": "m", **body}, ReadContext("v4.1"))
+    read = api_named("openai").read({"model": "m", **body}, ReadContext(DEFAULT_DIALECT))
     restored = run(restore, mem, read)
     assert (restored.reasoning, restored.error, restored.put_back) == (1, None, True)
     assert restored.req.conversation.messages[1].reasoning == "why"
@@ -262,7 +264,7 @@ def test_restore_never_changes_the_request_read() -> None:
 
 def test_restore_without_known_calls_gives_the_request_as_read() -> None:
     read = api_named("anthropic").read(
-        {"model": "m", "max_tokens": 5, **anthropic_body(None)}, ReadContext("v4.1")
+        {"model": "m", "max_tokens": 5, **anthropic_body(None)}, ReadContext(DEFAULT_DIALECT)
     )
     restored = run(restore, memory(), read)
     assert (restored.req, restored.reasoning, restored.error, restored.put_back) == (
@@ -336,7 +338,8 @@ def test_calls_gives_what_the_model_wrote_for_known_call_ids() -> None:
         conversation = Digests(
             api_named("openai")
             .read(
-                {"model": "m", "messages": [{"role": "user", "content": "q"}]}, ReadContext("v4.1")
+                {"model": "m", "messages": [{"role": "user", "content": "q"}]},
+                ReadContext(DEFAULT_DIALECT),
             )
             .conversation.messages
         )

@@ -21,6 +21,9 @@ from dsmlkit.server.config import ConfigError, ServerConfig, allowed_hosts
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.process import serve_process
 
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
+
 #: Every POST route of the server, as --help lists them.
 POST_ROUTES = sorted(
     route.split(" ", 1)[1] for route in (*LOCAL_ROUTES, *GATEWAY_ROUTES) if route.startswith("POST")

@@ -16,6 +16,9 @@ from tests.server.conftest import openai_client
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.process import serve_process
 
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
+
 REASONING = "The user wants a greeting.\n\nSay hi."
 SUMMARY_EVENTS = (
     "response.reasoning_summary_part.added",

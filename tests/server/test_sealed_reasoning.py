@@ -30,6 +30,9 @@ from tests.server.test_server_responses_state import (
     text_gateway,
 )
 
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
+
 __all__ = ["text_gateway"]  # the fixture, shared with the state tests
 
 SEALED = {"include": ["reasoning.encrypted_content"], "tools": TOOLS}

@@ -8,10 +8,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import openai
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsmlkit.dialects import V4, V4_1
+from dsmlkit.dialects import DEFAULT_DIALECT, V4, V4_1
 from dsmlkit.parse import (
     ArgumentsDelta,
     Diagnostic,
@@ -41,7 +42,7 @@ def _client_id(upstream_id: str) -> str:
 def _repair() -> ChatRepair:
     ids = itertools.count()
     return ChatRepair(
-        lambda: Parser("v4.1", start_in="content", id_factory=lambda: f"call_{next(ids)}"),
+        lambda: Parser(DEFAULT_DIALECT, start_in="content", id_factory=lambda: f"call_{next(ids)}"),
         _client_id,
     )
 
@@ -194,6 +195,7 @@ def test_upstream_call_without_id_gets_one() -> None:
 CHUNKINGS = st.lists(st.integers(min_value=1, max_value=9), min_size=1)
 
 
+@pytest.mark.slow
 @settings(derandomize=True, max_examples=60, deadline=None)
 @given(sizes=CHUNKINGS, reasoning=st.text(max_size=20), content=st.text(max_size=20))
 def test_result_does_not_depend_on_chunking(sizes: list[int], reasoning: str, content: str) -> None:
@@ -243,6 +245,7 @@ def test_reasoning_after_a_leaked_call_waits_for_the_call() -> None:
     assert calls_of(message) == [("call_0", "get_weather", {"city": "Paris"})]
 
 
+@pytest.mark.slow
 def test_reasoning_after_a_leaked_call_through_a_gateway_process() -> None:
     """The same through ``dsmlkit serve --upstream-api chat`` and the openai SDK, streamed:
     the client's call arguments are complete JSON (they stopped at ``{"city": "Paris``)."""

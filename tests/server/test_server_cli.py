@@ -164,6 +164,7 @@ def test_missing_server_extra_says_what_to_install(
     assert "pip install '.[server]' in a dsmlkit checkout" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_help_works_without_the_server_extra() -> None:
     server_extra = ("fastapi", "uvicorn", "aiohttp", "httpx")
     blocked = "; ".join(f"sys.modules[{name!r}] = None" for name in server_extra)
@@ -182,6 +183,7 @@ def test_port_in_use_cannot_start(capsys: pytest.CaptureFixture[str]) -> None:
     assert f"cannot listen on 127.0.0.1:{busy}" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_serve_runs_and_reports_what_it_serves() -> None:
     port = free_port()
     process = subprocess.Popen(

@@ -148,6 +148,7 @@ def test_a_tokenizer_that_agrees_sends_ids(completions_gateway: Gateway) -> None
     assert ids.count(_id(engine, EOS)) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tokenizer", [None, "none"], ids=["bundled-v4", "none"])
 def test_text_prompts_cannot_become_control_tokens(
     start_gateway: Callable[..., str], engine: FakeEngine, tokenizer: str | None
@@ -179,6 +180,7 @@ def test_text_prompts_cannot_become_control_tokens(
     assert sent["max_tokens"] == DEFAULT_MAX_TOKENS_THINKING
 
 
+@pytest.mark.slow
 def test_the_bundled_tokenizer_notes_the_tokens_it_lacks() -> None:
     from fastapi.testclient import TestClient
 
@@ -194,6 +196,7 @@ def test_the_bundled_tokenizer_notes_the_tokens_it_lacks() -> None:
     assert v4["token_ids"] is not None and v4["notes"] == []
 
 
+@pytest.mark.slow
 def test_an_unknown_served_name_is_not_ready(
     start_gateway: Callable[..., str],
     engine_server: tuple[FakeEngine, str],
@@ -219,6 +222,7 @@ def test_an_unknown_served_name_is_not_ready(
     assert last.startswith("dsmlkit serve: model not-served: ") and "not 'not-served'" in last
 
 
+@pytest.mark.slow
 def test_an_engine_that_is_down_is_not_ready(
     start_gateway: Callable[..., str], engine: FakeEngine
 ) -> None:

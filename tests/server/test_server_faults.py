@@ -127,6 +127,7 @@ def test_chat_upstream_drop_mid_stream(chat_gateway: Gateway) -> None:
     assert "broke off" in _error_of("openai", _stream_events("openai", response)[-1][1])["message"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_unreachable_upstream(
     start_gateway: Callable[..., str], engine: FakeEngine, api: str
@@ -147,6 +148,7 @@ def _wait_for(condition: Callable[[], bool], within: float = 5.0) -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", ["openai", "anthropic"])
 def test_client_disconnect_closes_the_upstream_request(
     start_gateway: Callable[..., str], engine: FakeEngine, api: str

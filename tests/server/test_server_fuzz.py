@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dsmlkit.dialects import DEFAULT_DIALECT
 from dsmlkit.server import ServerConfig, create_app
 from tests.server.mock_upstream import mock_upstream
 
@@ -119,7 +120,7 @@ PARSE = {
         'Hi.<｜DSML｜ calls><｜DSML｜ invoke name="get_weather"></｜DSML｜ invoke></｜DSML｜ calls>'
     ),
     "api": "openai",
-    "dialect": "v4.1",
+    "dialect": DEFAULT_DIALECT.name,
     "start_in": "content",
     "tools": TOOLS_OPENAI,
     "finish_reason": "stop",
@@ -252,6 +253,7 @@ def mutated(draw: st.DrawFn, bases: list[dict[str, Any]]) -> bytes:
     return text.encode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("route", list(ROUTES))
 def test_mutated_bodies_never_get_a_5xx(client: TestClient, route: str) -> None:
     @settings(

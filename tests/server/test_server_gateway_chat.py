@@ -22,6 +22,9 @@ from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.process import serve_process
 from tests.server.sdk import ask, declared
 
+# Real dsmlkit serve processes, one per upstream kind.
+pytestmark = pytest.mark.slow
+
 APIS = [("openai", False), ("openai", True), ("anthropic", False), ("anthropic", True)]
 API_IDS = ["openai", "openai-stream", "anthropic", "anthropic-stream"]
 ALL_APIS = [*APIS, ("responses", False), ("responses", True)]
@@ -193,6 +196,7 @@ def test_anthropic_request_is_converted_to_chat(chat_gateway: Gateway) -> None:
     assert sent["tools"][0]["function"]["name"] == "get_weather"
 
 
+@pytest.mark.slow
 def test_model_flag_overrides_the_forwarded_model(start_gateway: Any, engine: FakeEngine) -> None:
     engine.served = HOSTED_MODELS
     gateway = Gateway(start_gateway(upstream_api="chat", model="hosted-model"), engine)
@@ -202,6 +206,7 @@ def test_model_flag_overrides_the_forwarded_model(start_gateway: Any, engine: Fa
     assert engine.requests[-1]["model"] == "hosted-model"
 
 
+@pytest.mark.slow
 def test_client_key_is_forwarded_only_when_the_server_has_no_key_of_its_own(
     start_gateway: Any, engine: FakeEngine
 ) -> None:

@@ -55,6 +55,7 @@ def test_recorded_outputs_reach_both_apis_intact(
     assert answer.finish == _stop_word(api, bool(expected["calls"]))
 
 
+@pytest.mark.slow
 def test_engine_gets_token_ids_sampling_and_special_token_flags(
     completions_gateway: Gateway,
 ) -> None:

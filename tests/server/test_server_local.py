@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from dsmlkit.api import parse_request
-from dsmlkit.dialects import BOS, EOS, V4_1
+from dsmlkit.dialects import BOS, DEFAULT_DIALECT, EOS, V4_1
 from dsmlkit.errors import install_hint
 from dsmlkit.render import render_conversation
 from dsmlkit.render.tokens import load_tokenizer
@@ -74,14 +74,14 @@ def test_render_shows_the_exact_prompt_and_ids(
     response = local_client.post(path, json=body)
     assert response.status_code == 200
     shown = response.json()
-    req = parse_request(api, body, dialect="v4.1")
+    req = parse_request(api, body)
     expected = render_conversation(req.conversation, req.render)
     assert shown["prompt"] == expected.prompt
     assert shown["token_ids"] == load_tokenizer(v41_tokenizer).encode_prompt(expected)
     assert shown["notes"] == []
     assert shown["output_starts_in"] == expected.output_starts_in
     assert shown["model"] == body["model"]
-    assert shown["dialect"] == "v4.1"
+    assert shown["dialect"] == DEFAULT_DIALECT.name
     assert shown["request_id"].startswith("chatcmpl-" if api == "openai" else "msg_")
     assert shown["sampling_params"]["skip_special_tokens"] is False
     assert shown["sampling_params"]["stop"][-1] == EOS

@@ -23,6 +23,9 @@ from tests.server.test_server_local import _samples
 from tests.server.test_server_operations import _workers
 from tests.server.test_server_process import _stopped
 
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
+
 CHAT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
 PARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 STATE = "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"

@@ -26,6 +26,9 @@ from tests.server.test_server_cli import _exit_code
 from tests.server.test_server_local import _samples
 from tests.server.test_server_process import _response, _stopped
 
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
+
 CHAT = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
 
 

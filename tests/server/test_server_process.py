@@ -20,6 +20,9 @@ from tests.server.loopback import serve_in_thread
 from tests.server.mock_upstream import mock_upstream
 from tests.server.process import serve_process
 
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
+
 
 def _stopped(process: subprocess.Popen[str], sig: int | None) -> tuple[int, str, str]:
     """Send ``sig`` (None: it was sent already) and wait for the process to end."""

@@ -187,6 +187,7 @@ def _plain(request: dict[str, Any]) -> dict[str, Any]:
     return {**body, **request.get("extra_body", {})}
 
 
+@pytest.mark.slow
 def test_a_configured_key_seals_across_servers(
     start_gateway: Callable[..., str], engine: FakeEngine
 ) -> None:

@@ -17,7 +17,8 @@ import openai
 import pytest
 from openai.types.responses import Response
 
-from dsmlkit.api import ApiError, api_error, parse_request
+from dsmlkit.api import ApiError, parse_request
+from dsmlkit.api.errors import api_error
 from dsmlkit.dialects import V4_1
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.parse import ReasoningDelta, ToolCallEnd

@@ -21,6 +21,9 @@ from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.process import serve_process
 from tests.server.test_server_process import _stopped
 
+# Real processes (dsmlkit serve).
+pytestmark = pytest.mark.slow
+
 trace_service_pb2 = pytest.importorskip(
     "opentelemetry.proto.collector.trace.v1.trace_service_pb2", reason="needs dsmlkit[otel]"
 )

@@ -22,6 +22,9 @@ from tests.server.process import free_port, serve_process
 from tests.server.redis_server import redis_server, redis_url
 from tests.server.test_server_responses_state import CALL_TEXT, TOOLS
 
+# Real processes (dsmlkit serve, Redis).
+pytestmark = pytest.mark.slow
+
 __all__ = ["redis_url"]  # the fixture
 
 #: Responses requests in each chain: enough that both of two workers answer some.

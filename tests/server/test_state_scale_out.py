@@ -36,6 +36,9 @@ from tests.server.test_reasoning_roundtrip import TOOLS as CHAT_FORM_TOOLS
 from tests.server.test_sealed_reasoning import follow_up, reasoning_item
 from tests.server.test_server_responses_state import CALL_TEXT, REASONING, TOOLS
 
+# Real processes (dsmlkit serve, Redis).
+pytestmark = pytest.mark.slow
+
 SERVE = (sys.executable, "-m", "dsmlkit", "serve", "--tokenizer", "none")
 #: The tools as the Chat Completions SDK's typed parameter takes them.
 CHAT_TOOLS: Any = CHAT_FORM_TOOLS

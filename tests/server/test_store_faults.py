@@ -36,6 +36,9 @@ from tests.server.redis_server import (
 )
 from tests.server.test_reasoning_roundtrip import ANTHROPIC_TOOLS, CALL_TEXT, REASONING, TOOLS
 
+# Real processes (dsmlkit serve, Redis).
+pytestmark = pytest.mark.slow
+
 #: The tools as the SDKs' typed parameters take them.
 CHAT_TOOLS: Any = TOOLS
 MESSAGES_TOOLS: Any = ANTHROPIC_TOOLS

@@ -50,7 +50,8 @@ from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.fields import Field
 from dsmlkit.parse import FinishReason, ParsedMessage, ToolCall, ToolCallStart, UpstreamFields
-from dsmlkit.render import RenderOptions, resolve_dialect
+from dsmlkit.render import RenderOptions
+from dsmlkit.render.renderer import resolve_dialect
 
 #: Signature on thinking blocks when no signer is given (the gateway signs its own).
 THINKING_SIGNATURE = "dsmlkit-unsigned"
@@ -91,7 +92,7 @@ def parse_anthropic_request(
     sampling: dict[str, Any] = {}
     notes: list[str] = []
     reader = _Conversation(notes, signatures, model)
-    tools, server_tools = read_anthropic_tools(root["tools"], notes, reader.cached)
+    tools, server_tools = _read_anthropic_tools(root["tools"], notes, reader.cached)
     messages: list[Message] = []
     system = reader.system_text(root["system"]) if root["system"].present else ""
     if system:
@@ -368,7 +369,7 @@ class _Conversation:
         return [message, Message(block.path, "user", tuple(images))] if images else [message]
 
 
-def read_anthropic_tools(
+def _read_anthropic_tools(
     field: Field, notes: list[str], cached: list[str] | None = None
 ) -> tuple[list[Tool], set[str]]:
     """Custom tools as typed tools; server tools are not (their names returned): a hosted
@@ -739,7 +740,7 @@ class MessagesApi(ClientApi[ChatRequest]):
         return parse_anthropic_request(body, dialect=context.dialect, signatures=context.signatures)
 
     def read_tools(self, tools: Any) -> tuple[Tool, ...]:
-        return tuple(read_anthropic_tools(Field(tools, "tools"), [])[0])
+        return tuple(_read_anthropic_tools(Field(tools, "tools"), [])[0])
 
     def respond(
         self, msg: ParsedMessage, model: str, answer: Answer, req: ChatRequest | None

@@ -266,7 +266,7 @@ class ChatRequest:
         Raises :class:`InvalidRequest` when the prompt does not fit, and when the requested
         budget does not (unless ``clamp``: then it is lowered to what the context leaves).
         """
-        return resolve_max_tokens(
+        return _resolve_max_tokens(
             self.max_tokens,
             thinking=self.render.thinking,
             effort=self.render.reasoning_effort,
@@ -340,7 +340,7 @@ class ChatRequest:
         return options
 
 
-def resolve_max_tokens(
+def _resolve_max_tokens(
     requested: int | None,
     *,
     thinking: bool,

@@ -37,7 +37,8 @@ from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.fields import Field
 from dsmlkit.parse import ParsedMessage, ToolCall, ToolCallStart, UpstreamFields
-from dsmlkit.render import RenderCache, RenderOptions, resolve_dialect
+from dsmlkit.render import RenderCache, RenderOptions
+from dsmlkit.render.renderer import resolve_dialect
 
 #: Fields accepted that change nothing in the prompt (listed in the render notes).
 IGNORED_FIELDS = ("metadata", "store", "user", "service_tier", "prompt_cache_key")

@@ -14,7 +14,8 @@ from dsmlkit.api.seal import Sealer
 from dsmlkit.conversation.normalize import unique_tools
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
-from dsmlkit.render import RenderCache, resolve_dialect
+from dsmlkit.render import RenderCache
+from dsmlkit.render.renderer import resolve_dialect
 
 #: Every client API; the server's routes and the CLI's choices are read from here.
 APIS: tuple[ClientApi[Any], ...] = (CHAT, MESSAGES, RESPONSES)

@@ -66,7 +66,8 @@ from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.fields import Field
 from dsmlkit.parse import ParsedMessage, ToolCallStart, UpstreamFields
-from dsmlkit.render import RenderOptions, resolve_dialect
+from dsmlkit.render import RenderOptions
+from dsmlkit.render.renderer import resolve_dialect
 
 #: The ``include`` entry that asks for sealed reasoning on reasoning items.
 ENCRYPTED_REASONING = "reasoning.encrypted_content"
@@ -156,7 +157,7 @@ def parse_responses_request(
     model = root["model"].nonempty_string()
     resolved = resolve_dialect(dialect)
     notes: list[str] = []
-    tools, namespaces = read_responses_tools(root["tools"], notes)
+    tools, namespaces = _read_responses_tools(root["tools"], notes)
     instructions = root["instructions"]
     messages: list[Message] = []
     if instructions.present:
@@ -381,7 +382,7 @@ class _Input:
         return [message, Message(item.path, "user", images)] if images else [message]
 
 
-def read_responses_tools(
+def _read_responses_tools(
     field: Field, notes: list[str]
 ) -> tuple[list[Tool], dict[str, tuple[str, str]]]:
     """Typed tools, and for each flattened namespace tool its ``(namespace, name)``."""
@@ -487,7 +488,7 @@ def _metadata(field: Field) -> dict[str, str]:
 # --- responses -------------------------------------------------------------------------
 
 
-def responses_usage(usage: Usage | None) -> dict[str, Any]:
+def _responses_usage(usage: Usage | None) -> dict[str, Any]:
     """The ``usage`` object of a response."""
     usage = usage or Usage(0, 0)
     return {
@@ -644,7 +645,7 @@ def responses_response(
         created_at=created_at,
         status=status,
         output=items.done,
-        usage=responses_usage(usage),
+        usage=_responses_usage(usage),
     )
 
 
@@ -689,7 +690,7 @@ class ResponsesStream(BlockStream[StreamEvent]):
             created_at=self._created_at,
             status=status,
             output=list(self._output.items.done),
-            usage=responses_usage(usage) if status != "in_progress" else None,
+            usage=_responses_usage(usage) if status != "in_progress" else None,
             **extra,
         )
 
@@ -929,7 +930,7 @@ class ResponsesApi(ClientApi[ResponsesRequest]):
         )
 
     def read_tools(self, tools: Any) -> tuple[Tool, ...]:
-        return tuple(read_responses_tools(Field(tools, "tools"), [])[0])
+        return tuple(_read_responses_tools(Field(tools, "tools"), [])[0])
 
     def respond(
         self, msg: ParsedMessage, model: str, answer: Answer, req: ResponsesRequest | None

@@ -31,6 +31,10 @@ from dsmlkit._version import __version__
 from dsmlkit.dialects import DIALECT_ALIASES, DIALECTS, get_dialect
 from dsmlkit.errors import CallerError
 
+#: The entry point (``dsmlkit = "dsmlkit.cli:main"``). The helpers below are shared by the
+#: subcommand modules and are not part of the package's surface.
+__all__ = ["main"]
+
 #: Each subcommand and its one-line help (its module is ``dsmlkit.cli.<name>_cmd``).
 SUBCOMMANDS = {
     "parse": "parse one raw DeepSeek model output into content, reasoning and tool calls",

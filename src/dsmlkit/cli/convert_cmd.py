@@ -16,7 +16,8 @@ import json
 import sys
 from typing import Any
 
-from dsmlkit.api import API_NAMES, api_named, convert_output, parse_request
+from dsmlkit.api import api_named, convert_output, parse_request
+from dsmlkit.api.request import API_NAMES
 from dsmlkit.cli import (
     DIALECT_HELP,
     DIALECT_METAVAR,

@@ -26,7 +26,8 @@ import warnings
 from dataclasses import replace
 from typing import Any
 
-from dsmlkit.api import API_NAMES, parse_request
+from dsmlkit.api import parse_request
+from dsmlkit.api.request import API_NAMES
 from dsmlkit.cli import (
     DIALECT_HELP,
     DIALECT_METAVAR,
@@ -44,12 +45,8 @@ from dsmlkit.conversation import Conversation, build_conversation
 from dsmlkit.dialects import Dialect
 from dsmlkit.encoding import Encoding
 from dsmlkit.errors import DsmlkitError, InvalidRequest, UsageError
-from dsmlkit.render import (
-    RenderOptions,
-    RenderResult,
-    resolve_dialect,
-    thinking_of,
-)
+from dsmlkit.render import RenderOptions, RenderResult
+from dsmlkit.render.renderer import resolve_dialect, thinking_of
 
 PROG = "dsmlkit render"
 #: Keys of the object input form (the reference encoders' test-input layout).

@@ -6,3 +6,7 @@ engine loads them (vLLM through the ``vllm.general_plugins`` entry point). The s
 pieces (:mod:`~dsmlkit.integrations.split`, :mod:`~dsmlkit.integrations.engine_names`)
 import only the standard library and dsmlkit.
 """
+
+#: Nothing to import from the package itself: each integration is its own module, loaded by
+#: its engine (or by LiteLLM's ``callbacks`` setting) by name.
+__all__: list[str] = []

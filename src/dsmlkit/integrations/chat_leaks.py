@@ -33,18 +33,18 @@ class StreamLeaks:
     """One streamed answer: each upstream ``delta`` in, the repaired ``delta`` fields out."""
 
     def __init__(self, dialect: str | Dialect, tools: Any = None) -> None:
-        self._repair = new_repair(dialect, tools)
+        self._repair = _new_repair(dialect, tools)
 
     def feed(self, delta: Mapping[str, Any]) -> dict[str, Any]:
         """The repaired fields for one chunk's ``delta`` (empty when all is held back)."""
-        return delta_fields(self._repair.feed(delta))
+        return _delta_fields(self._repair.feed(delta))
 
     def close(self, upstream_finish: str | None) -> tuple[dict[str, Any], str]:
         """The last fields and the answer's finish reason (``tool_calls`` once a call ends)."""
         events = self._repair.close(upstream_finish)
         end = events[-1]
         finish = end.finish_reason if isinstance(end, OutputEnd) else "stop"
-        return delta_fields(events), finish
+        return _delta_fields(events), finish
 
 
 class _LeakParsers:
@@ -58,7 +58,7 @@ class _LeakParsers:
         return self._encoding.parser("content", tools=self._tools)
 
 
-def new_repair(dialect: str | Dialect, tools: Any = None) -> ChatRepair:
+def _new_repair(dialect: str | Dialect, tools: Any = None) -> ChatRepair:
     """The gateway's repair for one answer of a model in ``dialect``."""
     return ChatRepair(_LeakParsers(dialect, tools), _keep_id)
 
@@ -68,7 +68,7 @@ def _keep_id(upstream_id: str) -> str:
     return upstream_id or _default_id()
 
 
-def delta_fields(events: Sequence[Event]) -> dict[str, Any]:
+def _delta_fields(events: Sequence[Event]) -> dict[str, Any]:
     """``events`` as the fields of one Chat Completions ``delta``."""
     reasoning: list[str] = []
     content: list[str] = []
@@ -105,7 +105,7 @@ def repair_message(
 ) -> tuple[dict[str, Any], str]:
     """A whole answer's ``message`` repaired: (``content``, ``reasoning_content``,
     ``tool_calls`` fields, the finish reason)."""
-    repair = new_repair(dialect, tools)
+    repair = _new_repair(dialect, tools)
     upstream_calls = [
         {**call, "index": index}
         for index, call in enumerate(message.get("tool_calls") or ())

@@ -25,7 +25,7 @@ from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.integrations.chat_leaks import StreamLeaks, repair_message
 
 
-def request_dialect(data: Mapping[str, Any]) -> str | Dialect:
+def _request_dialect(data: Mapping[str, Any]) -> str | Dialect:
     """The dialect the deployment serving ``data`` names in ``model_info.dsmlkit_dialect``."""
     for key in ("metadata", "litellm_metadata"):
         metadata = data.get(key)
@@ -52,7 +52,7 @@ class DsmlRepair(CustomLogger):
                     "tool_calls": [call.model_dump() for call in message.tool_calls or ()],
                 },
                 choice.finish_reason,
-                request_dialect(data),
+                _request_dialect(data),
                 data.get("tools"),
             )
             choice.message = Message(role="assistant", **fields)
@@ -62,7 +62,7 @@ class DsmlRepair(CustomLogger):
     async def async_post_call_streaming_iterator_hook(
         self, user_api_key_dict: Any, response: Any, request_data: dict[str, Any]
     ) -> AsyncIterator[Any]:
-        leaks = StreamLeaks(request_dialect(request_data), request_data.get("tools"))
+        leaks = StreamLeaks(_request_dialect(request_data), request_data.get("tools"))
         closed = False
         last: ModelResponseStream | None = None  # the last answer chunk, the end's model
         async for chunk in response:

@@ -8,28 +8,7 @@
 'content'
 """
 
-from dsmlkit.dialects import EffortTable
 from dsmlkit.render.cache import RenderCache
-from dsmlkit.render.renderer import (
-    MODES,
-    TOOL_REFERENCE_MODES,
-    RenderOptions,
-    RenderResult,
-    render,
-    render_conversation,
-    resolve_dialect,
-    thinking_of,
-)
+from dsmlkit.render.renderer import RenderOptions, RenderResult, render, render_conversation
 
-__all__ = [
-    "MODES",
-    "TOOL_REFERENCE_MODES",
-    "EffortTable",
-    "RenderCache",
-    "RenderOptions",
-    "RenderResult",
-    "render",
-    "render_conversation",
-    "resolve_dialect",
-    "thinking_of",
-]
+__all__ = ["RenderCache", "RenderOptions", "RenderResult", "render", "render_conversation"]

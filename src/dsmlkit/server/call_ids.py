@@ -3,7 +3,7 @@
 Behind ``--upstream-api chat`` the endpoint names the calls it makes, and some endpoints
 number them per answer (``call_0`` in every answer). A client that keys calls by id (Claude
 Code) drops a call whose id it has seen, so the client never gets such an id:
-:class:`AnswerIds` keeps an upstream id that is *unique-looking* (:func:`unique_looking`)
+:class:`AnswerIds` keeps an upstream id that is *unique-looking* (:func:`_unique_looking`)
 and new to the conversation, and gives any other call a fresh id in the API's own style
 (``call_…``, ``toolu_…``, 24 random hex digits). The upstream's id of such a call is kept
 with what the model wrote in that answer (:class:`~.model_turns.ModelCall`, in the state
@@ -30,7 +30,7 @@ from dsmlkit.server.model_turns import MIN_CALL_ID_LENGTH
 _ID_CHARACTERS = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def unique_looking(call_id: str) -> bool:
+def _unique_looking(call_id: str) -> bool:
     """Whether an upstream's call id can go to a client as it is: 16 characters or more
     (shorter ids, ``call_0``, are numbers that repeat) of letters, digits, ``_`` and ``-``
     (``functions.bash:0`` is neither)."""
@@ -53,7 +53,7 @@ class AnswerIds:
     def client_id(self, upstream_id: str) -> str:
         """The client's id for a call the upstream named ``upstream_id`` (``""``: none):
         the upstream's own when it is unique-looking and not taken, else a fresh one."""
-        if unique_looking(upstream_id) and upstream_id not in self._taken:
+        if _unique_looking(upstream_id) and upstream_id not in self._taken:
             client = upstream_id
         else:
             client = self._mint()

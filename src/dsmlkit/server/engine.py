@@ -157,7 +157,7 @@ class TokenPlan:
             )
         else:
             reason = f"token_ids is null: {self.summary}"
-        text, broken = neutralized_prompt(result)
+        text, broken = _neutralized_prompt(result)
         notes = [reason]
         if broken:
             notes.append(
@@ -177,7 +177,7 @@ def _missing_tokens(tokenizer: PromptTokenizer, result: RenderResult) -> list[st
     return sorted(token for token in found if tokenizer.token_id(token) is None)
 
 
-def neutralized_prompt(result: RenderResult) -> tuple[str, int]:
+def _neutralized_prompt(result: RenderResult) -> tuple[str, int]:
     """The prompt text with every control spelling outside template pieces broken by
     :data:`BREAKER`, and how many were broken."""
     parts: list[str] = []

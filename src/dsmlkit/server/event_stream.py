@@ -75,8 +75,8 @@ class CancelOnDisconnect:
     in the block. That cancellation ends at the block's end (``disconnected`` tells it
     happened); any other passes through.
 
-    Plain asyncio, not a task group: one small task per answer (on the benchmark machine
-    about 25 µs of CPU, where a task group cost 133 µs).
+    Plain asyncio, not a task group: one small task per answer, which costs a fraction of
+    a task group's CPU (docs/server.md, Benchmark, gives the figures).
     """
 
     def __init__(self, receive: Receive) -> None:

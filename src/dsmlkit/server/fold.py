@@ -195,7 +195,7 @@ async def fold(
             if cut:
                 break
         if cut:
-            final = _noted(outcome, cut_ending())
+            final = _noted(outcome, _cut_ending())
             break
         if finish is None or finish in _ABORTED:
             said = "" if finish is None else f" (finish_reason {finish!r})"
@@ -212,14 +212,14 @@ async def fold(
             with outcome.parsing:
                 closed = reader.close(finish)
             closing, cut = gate.feed(closed)
-            final = _noted(outcome, closing + cut_ending() if cut else closing)
+            final = _noted(outcome, closing + _cut_ending() if cut else closing)
             break
         await upstream.follow(step.body)
     if outcome.usage is None:
         outcome.usage = Usage(plan.prompt_tokens or 0, 0)
     answer.add(final)
     outcome.finish_reason = next(e.finish_reason for e in final if isinstance(e, OutputEnd))
-    refused = missing_call(plan.req, gate, outcome.finish_reason, upstream.fell_back)
+    refused = _missing_call(plan.req, gate, outcome.finish_reason, upstream.fell_back)
     if refused is not None:
         raise UpstreamError("broken", refused)
     outcome.tokens = outcome.usage
@@ -310,7 +310,7 @@ class CallGate:
       one :data:`HELD_BACK` diagnostic naming it and the rule it broke, whose ``text`` is
       the arguments as the model wrote them: kept, not dropped.
     * ``parallel_tool_calls: false``: :meth:`feed` stops before a second call that would
-      pass and says so (the caller closes the upstream and ends with :func:`cut_ending`).
+      pass and says so (the caller closes the upstream and ends with :func:`_cut_ending`).
     * Calls that pass are numbered 0, 1, … again; an answer whose calls were all held back
       finishes ``stop``, not ``tool_calls``.
     """
@@ -378,7 +378,7 @@ class CallGate:
         )
 
 
-def missing_call(req: ChatRequest, gate: CallGate, finish: str, fell_back: bool) -> str | None:
+def _missing_call(req: ChatRequest, gate: CallGate, finish: str, fell_back: bool) -> str | None:
     """Why an answer cannot go out: ``tool_choice`` requires a call and none reached the
     client (None: it can). An answer cut off by its length limit goes out as cut off."""
     if not req.requires_call or gate.passed or finish == "length":
@@ -395,6 +395,6 @@ def missing_call(req: ChatRequest, gate: CallGate, finish: str, fell_back: bool)
     return f"tool_choice {wanted} but the model made {made}{held}"
 
 
-def cut_ending() -> list[Event]:
+def _cut_ending() -> list[Event]:
     """The close of an answer cut after its first call."""
     return [CUT_DIAGNOSTIC, OutputEnd("tool_calls")]

@@ -29,7 +29,7 @@ async def read_json(request: Request) -> tuple[Any, int]:
     """The request body as strict JSON, and its size in bytes; a 400 when it is not JSON
     (large bodies are decoded off the event loop: :func:`.offload.run_for_body`)."""
     raw = await request.body()
-    return await run_for_body(len(raw), decode_body, raw), len(raw)
+    return await run_for_body(len(raw), _decode_body, raw), len(raw)
 
 
 class _NonFinite(float):
@@ -52,7 +52,7 @@ def _shown(key: str) -> str:
     return key.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def decode_body(raw: bytes) -> Any:
+def _decode_body(raw: bytes) -> Any:
     """The body as JSON; an :class:`InvalidRequest` (400) naming the path of what is refused."""
     if not raw.strip():
         raise InvalidRequest("the request body is empty; send a JSON object")

@@ -11,7 +11,7 @@ T = TypeVar("T")
 
 #: Requests whose body has at least this many bytes are decoded and rendered in a worker
 #: thread; smaller ones run inline, where the hop to a thread and back costs more than the
-#: work (about 0.15 ms of CPU per hop, measured on the small-request benchmark).
+#: work (docs/server.md, Benchmark, gives the figures).
 THREADED_BODY_BYTES = 256 * 1024
 
 

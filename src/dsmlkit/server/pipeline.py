@@ -50,10 +50,10 @@ from dsmlkit.api import (
     ReadContext,
     StreamWriter,
     Usage,
-    json_body,
-    response_diagnostics,
 )
+from dsmlkit.api.common import response_diagnostics
 from dsmlkit.api.errors import ApiError
+from dsmlkit.api.sse import json_body
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.parse import Event, MessageCollector
 from dsmlkit.server.apis import upstream_api_error

@@ -42,7 +42,7 @@ class Note:
     fields: Mapping[str, Any]
 
 
-def new_request_id() -> str:
+def _new_request_id() -> str:
     """A fresh request id (``req_`` + 24 hex digits)."""
     return "req_" + secrets.token_hex(12)
 
@@ -53,7 +53,7 @@ def request_id_from(sent: str | None) -> str:
     refused)."""
     if sent is not None and len(sent) <= MAX_REQUEST_ID and _TOKEN.fullmatch(sent):
         return sent
-    return new_request_id()
+    return _new_request_id()
 
 
 def request_level(status: int) -> int:

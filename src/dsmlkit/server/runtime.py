@@ -46,13 +46,13 @@ LOG_LEVEL_ENV = "DSMLKIT_LOG_LEVEL"
 LOG_FORMAT_ENV = "DSMLKIT_LOG_FORMAT"
 
 
-def iso_time(record: logging.LogRecord) -> str:
+def _iso_time(record: logging.LogRecord) -> str:
     """The record's time in ISO 8601, UTC, to the millisecond (``2026-01-02T03:04:05.678Z``)."""
     moment = datetime.datetime.fromtimestamp(record.created, datetime.timezone.utc)
     return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def line_fields(record: logging.LogRecord) -> dict[str, Any]:
+def _line_fields(record: logging.LogRecord) -> dict[str, Any]:
     """A structured line's fields (:func:`~dsmlkit.server.reqlog.log_event`), else
     ``event: log`` and the message; a line written while a request is answered and that
     does not name it gets its id as ``request_id``."""
@@ -67,27 +67,27 @@ def line_fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line, written by one ``json.dumps``: :func:`line_fields`, then
-    the time (:func:`iso_time`), level and logger, and a traceback as ``exception``."""
+    """One JSON object per line, written by one ``json.dumps``: :func:`_line_fields`, then
+    the time (:func:`_iso_time`), level and logger, and a traceback as ``exception``."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = line_fields(record)
-        line.update(time=iso_time(record), level=record.levelname.lower(), logger=record.name)
+        line = _line_fields(record)
+        line.update(time=_iso_time(record), level=record.levelname.lower(), logger=record.name)
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False)
 
 
 class TextFormatter(logging.Formatter):
-    """One line for people: time (:func:`iso_time`), level, logger, the message, then a
+    """One line for people: time (:func:`_iso_time`), level, logger, the message, then a
     structured line's other fields as ``key=value`` (values that are not plain words in
     JSON); a traceback follows on its own lines."""
 
     def format(self, record: logging.LogRecord) -> str:
-        fields = line_fields(record)
+        fields = _line_fields(record)
         if fields.get("event") == "log":
             del fields["event"], fields["message"]
-        parts = [iso_time(record), record.levelname, record.name, record.getMessage()]
+        parts = [_iso_time(record), record.levelname, record.name, record.getMessage()]
         parts += (f"{key}={_text_value(value)}" for key, value in fields.items())
         line = " ".join(parts)
         if record.exc_info:
@@ -205,16 +205,15 @@ def app_from_environment() -> Any:
         ModelConfig(**{**model, "aliases": tuple(model["aliases"])}) for model in data["models"]
     )
     app = create_app(ServerConfig(**{**data, "models": models}))
-    settle_heap()
+    _settle_heap()
     return app
 
 
-def settle_heap() -> None:
+def _settle_heap() -> None:
     """Collect once, then leave all that is alive now (the app, its tokenizers, the
     libraries) out of every later collection, as serving engines do once they are loaded: a
-    full collection then walks what requests made, not the whole server (on the benchmark
-    machine about 60 ms per full collection, every stream paused, before; see
-    docs/server.md)."""
+    full collection, which pauses every stream, then walks what requests made, not the whole
+    server (docs/server.md, Benchmark, gives the pause before and after)."""
     gc.collect()
     gc.freeze()
 
@@ -277,7 +276,7 @@ def serve(
 
         Multiprocess(config, sockets=[sock]).run()
     else:
-        settle_heap()
+        _settle_heap()
         uvicorn.Server(config).run(sockets=[sock])
 
 

@@ -30,7 +30,7 @@ from dsmlkit.server.upstream_kinds import UpstreamKind
 LOGGER = logging.getLogger("dsmlkit.server")
 
 
-def load_prompt_tokenizer(setting: str | None) -> tuple[PromptTokenizer | None, str]:
+def _load_prompt_tokenizer(setting: str | None) -> tuple[PromptTokenizer | None, str]:
     """The tokenizer ``--tokenizer`` asks for, and a line saying what was loaded.
 
     No setting means the bundled V4 tokenizer if the ``[tokenizer]`` extra is installed,
@@ -149,7 +149,7 @@ class ServerState:
     def load(cls, config: ServerConfig) -> ServerState:
         """Load every model's tokenizer (a bad ``tokenizer`` setting raises here)."""
         models = [
-            ServedModel(model, *load_prompt_tokenizer(model.tokenizer))
+            ServedModel(model, *_load_prompt_tokenizer(model.tokenizer))
             for model in config.model_configs
         ]
         return cls(config, models)
