@@ -13,8 +13,10 @@ from openai.types.shared import ErrorObject
 
 from dsmlkit.api import ApiError, InvalidRequest, convert_output, parse_request, to_openai_chat_body
 from dsmlkit.api.anthropic import parse_anthropic_request
+from dsmlkit.api.anthropic_upstream import to_anthropic_body
 from dsmlkit.api.errors import anthropic_error_body, api_error, openai_error_body
 from dsmlkit.api.openai import parse_openai_request
+from dsmlkit.conversation import RawBlockPart, TextPart
 from dsmlkit.render import render, render_conversation
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "conversion.json").read_text("utf-8"))
@@ -160,7 +162,9 @@ def test_one_tool_message_per_result_references_first_images_after() -> None:
     ]
 
 
-def test_server_tools_and_blocks_are_dropped_with_notes() -> None:
+def test_server_tools_and_blocks_are_left_out_of_the_chat_form_with_notes() -> None:
+    """The blocks are kept whole in their places (only a Messages upstream gets them back:
+    test_server_blocks_are_written_back_in_their_places); the chat form has no place."""
     body = anthropic(
         [
             {"role": "user", "content": "find"},
@@ -198,6 +202,56 @@ def test_server_tools_and_blocks_are_dropped_with_notes() -> None:
     notes = req.conversation.notes
     assert [note.split(": ", 1)[0] for note in notes] == list(dropped)
     assert all(what in note for note, what in zip(notes, dropped.values(), strict=True))
+
+
+def test_server_blocks_are_written_back_in_their_places() -> None:
+    """An assistant turn's blocks the reader does not read (any type, one new to us too)
+    are kept whole between its text runs, and an Anthropic upstream gets them back as
+    they came, between the thinking block and the calls (before: a note, or a 400 for
+    an unknown type)."""
+    use = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "w", "input": {"q": "ä"}}
+    found = {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []}
+    new = {"type": "deepseek_note", "note": [1.5, None]}
+    call = {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}
+    content = [
+        {"type": "text", "text": "Search"},
+        {"type": "text", "text": "ing."},
+        use,
+        found,
+        {"type": "thinking", "thinking": "Read it.", "signature": "s"},
+        new,
+        {"type": "text", "text": "Found."},
+        call,
+    ]
+    body = anthropic(
+        [
+            {"role": "user", "content": "find"},
+            {"role": "assistant", "content": content},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]},
+        ],
+        tools=[{"name": "Read", "input_schema": {"type": "object"}}],
+    )
+    req = parse_anthropic_request(body)
+    turn = req.conversation.messages[1]
+    assert turn.parts == (
+        TextPart("Searching."),
+        RawBlockPart(use),
+        RawBlockPart(found),
+        RawBlockPart(new),
+        TextPart("Found."),
+    )
+    assert turn.text() == "Searching.\n\nFound."
+    assert req.conversation.chat_messages()[1]["content"] == "Searching.\n\nFound."
+    written = to_anthropic_body(req)["messages"][1]["content"]
+    assert written == [
+        {"type": "thinking", "thinking": "Read it.", "signature": ""},
+        {"type": "text", "text": "Searching."},
+        use,
+        found,
+        new,
+        {"type": "text", "text": "Found."},
+        call,
+    ]
 
 
 def test_tool_choice_naming_a_server_tool_is_400() -> None:

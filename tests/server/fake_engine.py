@@ -72,15 +72,19 @@ class Reply:
     """One scripted answer. ``text`` is for /v1/completions (tokenized, ``chunk_size``
     tokens per chunk, or replayed as the given ``pieces``); ``pieces`` (as content deltas),
     ``content``, ``reasoning`` and ``tool_calls`` (``{"id", "name", "arguments"}`` with
-    arguments as a JSON string) are for /v1/chat/completions. ``raw`` replaces the whole
-    200 body (with ``headers``). A stop string of the request in ``text`` ends the answer
-    there, as in vLLM."""
+    arguments as a JSON string) are for /v1/chat/completions. ``blocks`` is for
+    /v1/messages: the answer's content after its thinking and before its calls, in order,
+    in place of ``pieces`` and ``content`` (a string is a text block; a dict a block as a
+    hosted endpoint's server tools return it: :func:`~tests.server.fake_hosted.block_events`).
+    ``raw`` replaces the whole 200 body (with ``headers``). A stop string of the request in
+    ``text`` ends the answer there, as in vLLM."""
 
     text: str = ""
     pieces: tuple[str, ...] = ()
     content: str = ""
     reasoning: str = ""
     tool_calls: tuple[dict[str, str], ...] = ()
+    blocks: tuple[str | dict[str, Any], ...] = ()
     finish_reason: str = "stop"
     stop_reason: str | None = None
     chunk_size: int = 2

@@ -8,9 +8,10 @@ Answers: a scripted :class:`~tests.server.fake_engine.Reply` streams as chat chu
 (:func:`chat_chunks`, ``pieces`` as content deltas cut as given, so leaked DSML can be split
 anywhere) or as Anthropic events (:func:`messages_events`: ``message_start``, ``ping``, a
 ``thinking`` block with its ``signature`` (:func:`signature_of`), a ``text`` block whose
-``text_delta``\\ s are the pieces and the content, ``tool_use`` blocks with
-``input_json_delta``\\ s, ``message_delta`` with the stop reason and usage,
-``message_stop``).
+``text_delta``\\ s are the pieces and the content, or the scripted ``blocks`` in their
+order (:func:`block_events`: a server tool's blocks as DeepSeek's ``/anthropic`` endpoint
+returns them), ``tool_use`` blocks with ``input_json_delta``\\ s, ``message_delta`` with
+the stop reason and usage, ``message_stop``).
 
 Refusals (:func:`hosted_refusal`), each a 400 in the endpoint's error shape
 (:func:`error_body`):
@@ -270,10 +271,8 @@ def messages_events(
             yield blocks.delta({"type": "thinking_delta", "thinking": piece})
         yield blocks.delta({"type": "signature_delta", "signature": signature_of(reply.reasoning)})
     texts = [*reply.pieces, *_pieces(reply.content, size)]
-    if texts:
-        yield from blocks.start({"type": "text", "text": ""})
-        for piece in texts:
-            yield blocks.delta({"type": "text_delta", "text": piece})
+    for item in reply.blocks or ([texts] if texts else []):
+        yield from block_events(blocks, item, size)
     for call in reply.tool_calls:
         yield from blocks.start(
             {"type": "tool_use", "id": call["id"], "name": call["name"], "input": {}}
@@ -290,6 +289,28 @@ def messages_events(
         "usage": {"output_tokens": blocks.tokens},
     }
     yield {"type": "message_stop"}
+
+
+def block_events(
+    blocks: _BlockWriter, item: str | list[str] | dict[str, Any], size: int
+) -> Iterator[dict[str, Any]]:
+    """One content block's events: a text block (its text, or its pieces, as
+    ``text_delta``\\ s), or a block as DeepSeek's web tools return it (its guide "Web Tools":
+    the client shows the blocks and passes them back unchanged): a ``server_tool_use``
+    started with an empty ``input`` that ``input_json_delta``\\ s then fill, as Anthropic
+    streams a tool's input; any other (``web_search_tool_result``, an error result …)
+    whole in its ``content_block_start``."""
+    if isinstance(item, dict):
+        if item.get("type") != "server_tool_use":
+            yield from blocks.start(item)
+            return
+        yield from blocks.start({**item, "input": {}})
+        for piece in _pieces(json.dumps(item["input"]), size):
+            yield blocks.delta({"type": "input_json_delta", "partial_json": piece})
+        return
+    yield from blocks.start({"type": "text", "text": ""})
+    for piece in _pieces(item, size) if isinstance(item, str) else item:
+        yield blocks.delta({"type": "text_delta", "text": piece})
 
 
 class _BlockWriter:

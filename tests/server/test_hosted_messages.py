@@ -15,6 +15,7 @@ import anthropic
 import openai
 import pytest
 
+from tests.images import base64_png
 from tests.server.conftest import HOSTED_MODELS, Gateway
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.fake_hosted import (
@@ -301,3 +302,33 @@ def test_an_error_event_midstream_reaches_the_client(gateway: Gateway) -> None:
     with pytest.raises(openai.APIStatusError, match="Overloaded") as caught:
         ask(gateway, "openai", False, thinking=False)
     assert caught.value.status_code == 502
+
+
+# --- images --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_an_image_from_a_messages_client_reaches_the_upstream_as_an_image_block(
+    gateway: Gateway, stream: bool
+) -> None:
+    """Issue 31: an image reaches the engine or is refused, in every upstream mode; here,
+    as the image block the client sent, in its place, pixels and all."""
+    gateway.engine.push(Reply(content="A grey square."))
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": base64_png(16, 16)},
+    }
+    content: Any = [{"type": "text", "text": "What is in this image?"}, image]
+    body: dict[str, Any] = {
+        "model": "m",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": content}],
+    }
+    client = gateway.anthropic()
+    if stream:
+        with client.messages.stream(**body) as events:
+            message = events.get_final_message()
+    else:
+        message = client.messages.create(**body)
+    assert [block.type for block in message.content] == ["text"]
+    assert gateway.engine.requests[-1]["messages"] == [{"role": "user", "content": content}]

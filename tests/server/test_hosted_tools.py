@@ -9,11 +9,16 @@ next request; ``{"role": "latest_reminder", "content": "<date>,<weekday>,<locati
 Messages, and the Responses API refuses it. The docs do not say in which message fields a
 Chat Completions answer returns the blocks, so the upstream here returns them in a field
 of its own choosing (``search_results``): the gateway passes any such field through as
-it came.
+it came. In the Anthropic format the docs name the tool entries
+(``{"type": "deepseek_web_search", "name": "deepseek_web_search"}``) and the blocks
+(``server_tool_use``, web-search result blocks, errors included) but not every field, so
+the blocks here follow Anthropic's own server-tool blocks, and one has a type of its own:
+the gateway passes any block it does not read through as it came.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,7 +27,9 @@ import httpx
 import openai
 import pytest
 
-from tests.server.fake_engine import FakeEngine
+from tests.server.conftest import HOSTED_MODELS
+from tests.server.fake_engine import FakeEngine, Reply
+from tests.server.fake_hosted import signature_of
 from tests.server.mock_upstream import ScriptedChat, chat_stream, mock_upstream
 from tests.server.process import serve_process
 
@@ -55,6 +62,13 @@ def hosted() -> Iterator[tuple[ScriptedChat, str]]:
         serve_process("--upstream", upstream_url, "--upstream-api", "chat") as (_, url),
     ):
         yield upstream, url
+
+
+@pytest.fixture(scope="module")
+def messages_mode(engine_server: tuple[FakeEngine, str]) -> Iterator[str]:
+    """A gateway in messages mode in front of the fake engine's Anthropic-format endpoint."""
+    with serve_process("--upstream", engine_server[1], "--upstream-api", "messages") as (_, url):
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -254,3 +268,139 @@ def test_responses_refuses_latest_reminder(hosted: tuple[ScriptedChat, str]) -> 
     assert "input[0].role: latest_reminder is not a Responses role" in message
     assert "Chat Completions or Messages" in message
     assert upstream.bodies == []
+
+
+# --- messages mode: the blocks of an Anthropic-format upstream ----------------------------
+
+#: The Messages spelling of the tools (DeepSeek's guide gives the server tools a ``name``).
+LOOKUP_M: Any = {"name": "lookup", "input_schema": {"type": "object"}}
+WEB_SEARCH_M: Any = {"type": "deepseek_web_search", "name": "deepseek_web_search"}
+READ_URL_M: Any = {"type": "deepseek_read_url", "name": "deepseek_read_url"}
+#: The blocks the upstream returns: a search and its results, a page read that failed, and
+#: a block of a type no API documents (nested values, non-ASCII text, a null, a float).
+SEARCH_USE: Any = {
+    "type": "server_tool_use",
+    "id": "srvtoolu_01",
+    "name": "deepseek_web_search",
+    "input": {"query": "news today", "lang": "ä"},
+}
+SEARCH_RESULT: Any = {
+    "type": "web_search_tool_result",
+    "tool_use_id": "srvtoolu_01",
+    "content": [
+        {"type": "web_search_result", "url": "https://a.example/", "title": "Ä", "page_age": None}
+    ],
+}
+READ_USE: Any = {
+    "type": "server_tool_use",
+    "id": "srvtoolu_02",
+    "name": "deepseek_read_url",
+    "input": {"url": "https://b.example/"},
+}
+READ_ERROR: Any = {
+    "type": "web_search_tool_result",
+    "tool_use_id": "srvtoolu_02",
+    "content": {"type": "web_search_tool_result_error", "error_code": "unavailable"},
+}
+UNKNOWN: Any = {"type": "deepseek_note", "note": {"score": 0.5, "tags": ["x", None]}}
+SERVER_BLOCKS = [SEARCH_USE, SEARCH_RESULT, READ_USE, READ_ERROR, UNKNOWN]
+LOOKUP_CALL = {"id": "toolu_up_" + "d4e5f6" * 4, "name": "lookup", "arguments": '{"q": "x"}'}
+THOUGHT = "Search, read, then look a word up."
+
+
+def _blocks_and_events(
+    client: anthropic.Anthropic, stream: bool, **body: Any
+) -> tuple[list[Any], list[Any]]:
+    """The answer's content blocks as JSON, and (streamed) the stream's events."""
+    if not stream:
+        message = client.messages.create(**body)
+        return [block.to_dict() for block in message.content], []
+    with client.messages.stream(**body) as events:
+        seen = list(events)
+        message = events.get_final_message()
+    return [block.to_dict() for block in message.content], seen
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_server_blocks_go_round_through_a_messages_upstream(
+    messages_mode: str, engine: FakeEngine, stream: bool
+) -> None:
+    """The tool entries reach the upstream as sent; every block the upstream returns that
+    the gateway does not read reaches the client unchanged in its place (in a whole answer
+    and in the stream, a server_tool_use's input as input_json_delta); sent back, they
+    reach the upstream unchanged in their places (on main: a 400)."""
+    engine.served = HOSTED_MODELS
+    engine.push(
+        Reply(
+            reasoning=THOUGHT,
+            blocks=("Looking. ", *SERVER_BLOCKS, "Two pages say so."),
+            tool_calls=(LOOKUP_CALL,),
+            finish_reason="tool_calls",
+        ),
+        Reply(content="Done."),
+    )
+    client = _anthropic(messages_mode)
+    tools = [LOOKUP_M, WEB_SEARCH_M, READ_URL_M]
+    user: Any = {"role": "user", "content": "What is in the news today?"}
+    body: Any = {"model": "m", "max_tokens": 500, "tools": tools}
+    content, events = _blocks_and_events(client, stream, messages=[user], **body)
+    assert engine.requests[0]["tools"] == tools
+    thinking, first_text, *passed, last_text, call = content
+    assert thinking["type"] == "thinking" and thinking["thinking"] == THOUGHT
+    assert (first_text, last_text) == (
+        {"type": "text", "text": "Looking. "},
+        {"type": "text", "text": "Two pages say so."},
+    )
+    assert passed == SERVER_BLOCKS
+    assert call["type"] == "tool_use" and call["input"] == {"q": "x"}
+    if stream:
+        starts = [event for event in events if event.type == "content_block_start"]
+        assert [event.index for event in starts] == list(range(len(content)))
+        assert starts[2].content_block.to_dict() == {**SEARCH_USE, "input": {}}
+        fragments = [
+            event.delta.partial_json
+            for event in events
+            if event.type == "content_block_delta" and event.index == 2
+        ]
+        assert len(fragments) > 1 and json.loads("".join(fragments)) == SEARCH_USE["input"]
+        assert starts[3].content_block.to_dict() == SEARCH_RESULT
+        stops = [event.index for event in events if event.type == "content_block_stop"]
+        assert stops == list(range(len(content)))
+
+    result: Any = {"type": "tool_result", "tool_use_id": call["id"], "content": "a word"}
+    turn: Any = {"role": "assistant", "content": content}
+    client.messages.create(messages=[user, turn, {"role": "user", "content": [result]}], **body)
+    sent = engine.requests[1]
+    assert sent["tools"] == tools
+    assert sent["messages"][1]["content"] == [
+        {"type": "thinking", "thinking": THOUGHT, "signature": signature_of(THOUGHT)},
+        first_text,
+        *SERVER_BLOCKS,
+        last_text,
+        {"type": "tool_use", "id": LOOKUP_CALL["id"], "name": "lookup", "input": {"q": "x"}},
+    ]
+
+
+def test_other_apis_cannot_take_the_blocks_of_a_messages_upstream(
+    messages_mode: str, engine: FakeEngine
+) -> None:
+    """Messages mode: a Chat Completions or Responses answer has no place for the blocks;
+    the 400 names the tool and the route whose answers hold them (on main: it named
+    /v1/chat/completions, whose answers do not in this mode), and nothing goes up."""
+    engine.served = HOSTED_MODELS
+    with pytest.raises(openai.BadRequestError) as chat:
+        _openai(messages_mode).chat.completions.create(
+            model="deepseek-flash", messages=[USER], tools=[LOOKUP, WEB_SEARCH]
+        )
+    assert chat.value.status_code == 400
+    error = chat.value.body
+    assert isinstance(error, dict) and error["param"] == "tools[1]"
+    assert "deepseek_web_search returns blocks that a chat answer cannot hold" in error["message"]
+    assert "send the request to /v1/messages" in error["message"]
+    with pytest.raises(openai.BadRequestError) as responses:
+        _openai(messages_mode).responses.create(
+            model="deepseek-flash", input="Read https://a.example/", tools=[READ_URL]
+        )
+    assert "tools[0]: deepseek_read_url" in responses.value.message
+    assert "send the request to /v1/messages" in responses.value.message
+    assert engine.requests == []

@@ -25,8 +25,11 @@ from dsmlkit.parse import (
     ReasoningEnd,
     ToolCallEnd,
     ToolCallStart,
+    UpstreamBlock,
 )
 from dsmlkit.parse.chat_repair import ChatRepair
+from dsmlkit.server.call_ids import AnswerIds
+from dsmlkit.server.readers import MessagesReader
 from tests.helpers import write_block
 from tests.server.mock_upstream import ScriptedChat, chat_stream, mock_upstream
 from tests.server.process import serve_process
@@ -283,3 +286,97 @@ def test_reasoning_after_a_leaked_call_through_a_gateway_process() -> None:
                 finish = choice.finish_reason or finish
     assert json.loads(arguments) == {"city": "Paris"}
     assert finish == "tool_calls"
+
+
+# --- a Messages upstream's own blocks ------------------------------------------------------
+
+
+def _messages_reader(pass_blocks: bool) -> MessagesReader:
+    return MessagesReader(_repair(), AnswerIds(lambda: "toolu_minted", ()), pass_blocks=pass_blocks)
+
+
+def _read(reader: MessagesReader, chunks: Sequence[dict[str, Any]]) -> list[Event]:
+    events: list[Event] = []
+    for chunk in chunks:
+        for choice in reader.choices(chunk):
+            events += reader.feed(choice)
+    return events + reader.close("stop")
+
+
+def _started(index: int, block: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def _json_delta(index: int, text: str) -> dict[str, Any]:
+    delta = {"type": "input_json_delta", "partial_json": text}
+    return {"type": "content_block_delta", "index": index, "delta": delta}
+
+
+USE = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "deepseek_web_search", "input": {}}
+
+
+def test_a_block_the_reader_does_not_read_is_passed_on_whole_in_its_place() -> None:
+    """Text, then a server_tool_use (input streamed), then text: the block comes between
+    the two texts, whole, with its start and deltas as they came."""
+    events = _read(
+        _messages_reader(True),
+        [
+            _started(0, {"type": "text", "text": ""}),
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "A "},
+            },
+            {"type": "content_block_stop", "index": 0},
+            _started(1, USE),
+            _json_delta(1, '{"q": '),
+            _json_delta(1, '"ä"}'),
+            {"type": "content_block_stop", "index": 1},
+            _started(2, {"type": "text", "text": "B"}),
+            {"type": "content_block_stop", "index": 2},
+        ],
+    )
+    blocks = [event for event in events if isinstance(event, UpstreamBlock)]
+    assert [type(event).__name__ for event in events] == [
+        "ContentDelta",
+        "UpstreamBlock",
+        "ContentDelta",
+        "OutputEnd",
+    ]
+    assert blocks[0].start == USE
+    assert [delta["partial_json"] for delta in blocks[0].deltas] == ['{"q": ', '"ä"}']
+    assert blocks[0].block == {**USE, "input": {"q": "ä"}}
+    collected = MessageCollector()
+    collected.add(events)
+    assert [
+        (placed.at, placed.block["type"]) for placed in collected.message().upstream_blocks
+    ] == [(2, "server_tool_use")]
+
+
+def test_a_block_cut_off_or_with_broken_input_still_goes_on_and_is_reported() -> None:
+    """A block whose input is not JSON keeps the input it started with (a diagnostic holds
+    the text); one the stream never stopped goes on at the close."""
+    events = _read(
+        _messages_reader(True),
+        [
+            _started(0, USE),
+            _json_delta(0, '{"q": '),
+            {"type": "content_block_stop", "index": 0},
+            _started(1, {"type": "web_search_tool_result", "content": []}),
+        ],
+    )
+    blocks = [event.block for event in events if isinstance(event, UpstreamBlock)]
+    assert blocks == [USE, {"type": "web_search_tool_result", "content": []}]
+    [broken] = [event for event in events if isinstance(event, Diagnostic)]
+    assert (broken.kind, broken.text) == ("upstream_block_input", '{"q": ')
+
+
+def test_a_block_a_chat_answer_cannot_hold_is_a_diagnostic_not_a_silent_drop() -> None:
+    events = _read(
+        _messages_reader(False),
+        [_started(0, USE), _json_delta(0, '{"q": 1}'), {"type": "content_block_stop", "index": 0}],
+    )
+    [dropped] = [event for event in events if isinstance(event, Diagnostic)]
+    assert dropped.kind == "upstream_block_dropped"
+    assert json.loads(dropped.text) == {**USE, "input": {"q": 1}}
+    assert not any(isinstance(event, UpstreamBlock) for event in events)

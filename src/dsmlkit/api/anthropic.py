@@ -9,7 +9,7 @@ api.md §2.4 (one block open at a time, strictly increasing indexes, no ``[DONE]
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, TypeVar
 
@@ -38,6 +38,7 @@ from dsmlkit.conversation.model import (
     ImagePart,
     Message,
     Part,
+    RawBlockPart,
     Role,
     TextPart,
     Tool,
@@ -49,7 +50,15 @@ from dsmlkit.conversation.server_tools import is_server_tool, read_server_tools
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import InvalidRequest
 from dsmlkit.fields import Field
-from dsmlkit.parse import FinishReason, ParsedMessage, ToolCall, ToolCallStart, UpstreamFields
+from dsmlkit.parse import (
+    FinishReason,
+    ParsedMessage,
+    PlacedBlock,
+    ToolCall,
+    ToolCallStart,
+    UpstreamBlock,
+    UpstreamFields,
+)
 from dsmlkit.render import RenderOptions
 from dsmlkit.render.renderer import resolve_dialect
 
@@ -174,11 +183,12 @@ def _document_part(block: Field) -> TextPart:
     return TextPart(f"{title}\n\n{text}" if title else text)
 
 
-def _is_server_block(kind: str) -> bool:
-    """Blocks of tools Anthropic runs server-side (``server_tool_use``, ``*_tool_result``)."""
-    return kind in ("server_tool_use", "mcp_tool_use") or (
-        kind.endswith("_tool_result") and kind != "tool_result"
-    )
+def _end_run(texts: list[str], parts: list[Part]) -> None:
+    """A run of text blocks as one text part (none when empty); the run starts again."""
+    text = "".join(texts)
+    if text:
+        parts.append(TextPart(text))
+    texts.clear()
 
 
 def _tool_use(block: Field) -> HistoryCall:
@@ -252,14 +262,24 @@ class _Conversation:
             raise content.error("must be a string or an array of content blocks")
         return content.array()
 
-    def _note_dropped(self, block: Field, kind: str) -> None:
-        self._notes.append(f"{block.path}: dropped a {kind} block")
+    def _raw(self, block: Field, kind: str) -> RawBlockPart:
+        """A block nothing here reads, kept whole (see :class:`RawBlockPart`), and noted."""
+        self._notes.append(
+            f"{block.path}: a {kind} block, kept whole for an Anthropic Messages upstream "
+            "(--upstream-api messages); the prompt and the chat form leave it out"
+        )
+        return RawBlockPart(block.value, block.path)
 
     def _assistant(self, where: str, content: Field) -> Message:
+        """Thinking blocks are the turn's reasoning and ``tool_use`` blocks its calls; its
+        text blocks are joined, each run of them one text part, in place among the blocks
+        of other types, which are kept whole (``redacted_thinking`` leaves the reasoning
+        unverified)."""
         blocks = self._blocks(content)
         if blocks is None:
             return Message(where, "assistant", (TextPart(content.value),), plain=True)
-        texts: list[str] = []
+        parts: list[Part] = []
+        texts: list[str] = []  # the run of text blocks since the last kept block
         reasoning: list[str] = []
         calls: list[HistoryCall] = []
         trusted = True
@@ -272,17 +292,17 @@ class _Conversation:
                 trusted = trusted and self._signed(block, reasoning[-1])
             elif kind == "tool_use":
                 calls.append(_tool_use(block))
-            elif kind == "redacted_thinking" or _is_server_block(kind):
-                trusted = trusted and kind != "redacted_thinking"
-                self._note_dropped(block, kind)
             else:
-                raise block.error(f"{kind!r} blocks are not supported in assistant messages")
-        text = "".join(texts)
-        empty = not (text or reasoning or calls)
+                trusted = trusted and kind != "redacted_thinking"
+                _end_run(texts, parts)
+                parts.append(self._raw(block, kind))
+        _end_run(texts, parts)
+        if not (parts or reasoning or calls):
+            parts.append(TextPart(""))
         return Message(
             where,
             "assistant",
-            (TextPart(text),) if text or empty else (),
+            tuple(parts),
             reasoning="".join(reasoning) if reasoning else None,
             tool_calls=check_call_ids(calls, content),
             reasoning_trusted=trusted or self._signatures is None,
@@ -525,8 +545,7 @@ def _message_body(
         signature = sign_thinking(msg.reasoning) if sign_thinking else THINKING_SIGNATURE
         shown = "" if omit_thinking else msg.reasoning
         content.append({"type": "thinking", "thinking": shown, "signature": signature})
-    if msg.content:
-        content.append({"type": "text", "text": msg.content})
+    content += _text_and_blocks(msg.content, msg.upstream_blocks)
     content += [
         {"type": "tool_use", "id": call.id, "name": call.name, "input": call_input(call)}
         for call in msg.calls
@@ -542,6 +561,21 @@ def _message_body(
         "stop_sequence": matched,
         "usage": anthropic_usage(usage),
     }
+
+
+def _text_and_blocks(text: str, blocks: Sequence[PlacedBlock]) -> list[dict[str, Any]]:
+    """The answer's text as text blocks, with the upstream's own blocks whole in their
+    places: one text block when there are none (none when the text is empty)."""
+    out: list[dict[str, Any]] = []
+    start = 0
+    for placed in blocks:
+        if placed.at > start:
+            out.append({"type": "text", "text": text[start : placed.at]})
+            start = placed.at
+        out.append(dict(placed.block))
+    if text[start:]:
+        out.append({"type": "text", "text": text[start:]})
+    return out
 
 
 StreamEvent = tuple[str, dict[str, Any]]
@@ -658,6 +692,18 @@ class _MessagesBlocks:
         """A Messages answer has no place for a chat upstream's own fields (the chat kind
         passes them on to Chat Completions clients only)."""
         return []
+
+    def block(self, event: UpstreamBlock) -> list[StreamEvent]:
+        """The block at the next index as the upstream streamed it: its start, its deltas,
+        its stop."""
+        index = self.count
+        self.count += 1
+        self._delta_types.append("")  # a block whose deltas are not text
+        block = dict(event.start)
+        start = {"type": "content_block_start", "index": index, "content_block": block}
+        out: list[StreamEvent] = [("content_block_start", start)]
+        out += [_block_delta(index, dict(delta)) for delta in event.deltas]
+        return [*out, ("content_block_stop", {"type": "content_block_stop", "index": index})]
 
     def close(self, completed: bool) -> list[StreamEvent]:
         if self._open is None:

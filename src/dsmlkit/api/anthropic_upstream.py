@@ -6,8 +6,10 @@
 * system and developer messages become the top-level ``system`` text (joined with blank
   lines, in order); a ``latest_reminder`` is a user text block at its place;
 * an assistant turn is its ``thinking`` block (its reasoning, with the upstream's own
-  ``signature`` when the gateway kept one, else an empty one), its text and its
-  ``tool_use`` blocks (``input``: the arguments object);
+  ``signature`` when the gateway kept one, else an empty one), its text, the blocks kept
+  whole (:class:`~dsmlkit.conversation.model.RawBlockPart`: a hosted endpoint's
+  server-tool blocks) as they came, in their places in the text, and its ``tool_use``
+  blocks (``input``: the arguments object);
 * tool results are ``tool_result`` blocks of a user message (``is_error`` kept, tool
   references as ``tool_reference`` blocks); images are ``image`` blocks (a ``data:`` URL
   as a base64 source, any other as a URL source); consecutive messages of one role are
@@ -32,6 +34,7 @@ from dsmlkit.conversation.model import (
     ImagePart,
     Message,
     Part,
+    RawBlockPart,
     TextPart,
     Tool,
     ToolChoice,
@@ -142,9 +145,14 @@ class MessagesHistory:
             blocks.append(
                 {"type": "thinking", "thinking": message.reasoning, "signature": signature}
             )
-        text = message.text()
-        if text:
-            blocks.append({"type": "text", "text": text})
+        texts: list[str] = []  # the run of text parts since the last raw block
+        for part in message.parts:
+            if isinstance(part, RawBlockPart):
+                _end_run(texts, blocks)
+                blocks.append(self._part(part))
+            elif isinstance(part, TextPart):
+                texts.append(part.text)
+        _end_run(texts, blocks)
         blocks += [self._tool_use(call) for call in message.tool_calls]
         return blocks
 
@@ -173,7 +181,18 @@ class MessagesHistory:
             return {"type": "text", "text": part.text}
         if isinstance(part, ToolReferencePart):
             return {"type": "tool_reference", "tool_name": part.name}
+        if isinstance(part, RawBlockPart):
+            return dict(part.block)
         return {"type": "image", "source": _image_source(part)}
+
+
+def _end_run(texts: list[str], blocks: list[Block]) -> None:
+    """A run of text parts as one text block, joined as :meth:`Message.text` joins them
+    (none when empty); the run starts again."""
+    text = "\n\n".join(texts)
+    if text:
+        blocks.append({"type": "text", "text": text})
+    texts.clear()
 
 
 def _image_source(image: ImagePart) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from dsmlkit.conversation.server_tools import read_server_tools
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.fields import Field
-from dsmlkit.parse import ParsedMessage, ToolCall, ToolCallStart, UpstreamFields
+from dsmlkit.parse import ParsedMessage, ToolCall, ToolCallStart, UpstreamBlock, UpstreamFields
 from dsmlkit.render import RenderCache, RenderOptions
 from dsmlkit.render.renderer import resolve_dialect
 
@@ -300,6 +300,11 @@ class _ChatBlocks:
     def fields(self, event: UpstreamFields) -> list[dict[str, Any]]:
         """One chunk whose delta holds the fields as the upstream sent them."""
         return [self._chunk(dict(event.fields))]
+
+    def block(self, event: UpstreamBlock) -> list[dict[str, Any]]:
+        """A Chat Completions answer has no place for an Anthropic upstream's own blocks
+        (the messages kind passes them on to Messages clients only)."""
+        return []
 
     def sse(self, frame: dict[str, Any]) -> str:
         return sse_openai(frame)

@@ -65,7 +65,7 @@ from dsmlkit.conversation.server_tools import is_server_tool, read_server_tools
 from dsmlkit.dialects import DEFAULT_DIALECT, Dialect
 from dsmlkit.errors import CallerError
 from dsmlkit.fields import Field
-from dsmlkit.parse import ParsedMessage, ToolCallStart, UpstreamFields
+from dsmlkit.parse import ParsedMessage, ToolCallStart, UpstreamBlock, UpstreamFields
 from dsmlkit.render import RenderOptions
 from dsmlkit.render.renderer import resolve_dialect
 
@@ -779,6 +779,11 @@ class _OutputItems:
     def fields(self, event: UpstreamFields) -> list[StreamEvent]:
         """A Responses answer has no place for a chat upstream's own fields (the chat kind
         passes them on to Chat Completions clients only)."""
+        return []
+
+    def block(self, event: UpstreamBlock) -> list[StreamEvent]:
+        """A Responses answer has no place for an Anthropic upstream's own blocks (the
+        messages kind passes them on to Messages clients only)."""
         return []
 
     def close(self, completed: bool) -> list[StreamEvent]:

@@ -14,6 +14,8 @@ empty ones dropped), one event at a time, and decides every step once, for all t
 - ``ToolCallStart``: close the open block, open the call's block;
 - ``ReasoningEnd``: close the open block; ``ToolCallEnd``: close it, the call completed;
 - ``UpstreamFields``: the API's frame for them, the open block left open;
+- ``UpstreamBlock``: close the open block, then the API's frames of that whole block
+  (an API with no place for it: none);
 - anything else: nothing written.
 
 Every event but a text delta also goes to the outline (a
@@ -51,6 +53,7 @@ from dsmlkit.parse import (
     ReasoningEnd,
     ToolCallEnd,
     ToolCallStart,
+    UpstreamBlock,
     UpstreamFields,
 )
 
@@ -90,6 +93,10 @@ class Blocks(Protocol[Frame]):
 
     def fields(self, event: UpstreamFields) -> list[Frame]:
         """Frames for an upstream's own message fields (an API with no place: none)."""
+
+    def block(self, event: UpstreamBlock) -> list[Frame]:
+        """Frames for an upstream's own content block, start to stop, after the open block
+        closed (an API with no place: none)."""
 
     def sse(self, frame: Frame) -> str:
         """One start or stop frame as SSE text."""
@@ -183,6 +190,9 @@ class BlockStream(Generic[Frame]):
             return self._render(self._close(completed=True), form)
         if isinstance(event, UpstreamFields):
             return self._render(self._blocks.fields(event), form)
+        if isinstance(event, UpstreamBlock):
+            out = self._render(self._close(), form)
+            return out + self._render(self._blocks.block(event), form)
         return []
 
     def _open(self, opened: Opened[Frame], continued_by: type[_TextEvent], form: int) -> list[Any]:

@@ -113,7 +113,20 @@ class ToolReferencePart:
     name: str
 
 
-Part: TypeAlias = TextPart | ImagePart | ToolReferencePart
+@dataclass(frozen=True)
+class RawBlockPart:
+    """A content block of an assistant turn that nothing here reads (the blocks a hosted
+    endpoint's server tools returned: ``server_tool_use``, ``web_search_tool_result`` …),
+    the parsed JSON as the client sent it, never changed, in its place among the turn's
+    text. Only an Anthropic Messages upstream gets it back
+    (:mod:`dsmlkit.api.anthropic_upstream`); the prompt and the chat form leave it out
+    (the reader notes each one). ``param`` is where the request gives it."""
+
+    block: Mapping[str, Any]
+    param: str = field(default="", compare=False)
+
+
+Part: TypeAlias = TextPart | ImagePart | ToolReferencePart | RawBlockPart
 
 
 @dataclass(slots=True)
@@ -159,13 +172,17 @@ class Message:
         """The text parts joined with blank lines (for roles that hold text only)."""
         return "\n\n".join(part.text for part in self.parts if isinstance(part, TextPart))
 
+    def _has_content(self) -> bool:
+        """Whether any part has a place in the chat form (raw blocks have none)."""
+        return any(not isinstance(part, RawBlockPart) for part in self.parts)
+
     def to_chat(self) -> dict[str, Any]:
         """The message in canonical OpenAI chat form."""
         chat: dict[str, Any] = {"role": self.role}
         if self.name is not None:
             chat["name"] = self.name
         if self.role == "assistant":
-            chat["content"] = self.text() if self.parts else None
+            chat["content"] = self.text() if self._has_content() else None
             if self.reasoning is not None:
                 chat["reasoning_content"] = self.reasoning
             if self.tool_calls:
@@ -202,6 +219,8 @@ def _part_to_chat(part: Part) -> dict[str, Any]:
         return {"type": "text", "text": part.text}
     if isinstance(part, ImagePart):
         return {"type": "image_url", "image_url": {"url": part.url}}
+    if isinstance(part, RawBlockPart):
+        return dict(part.block)
     return {"type": "tool_reference", "name": part.name}
 
 

@@ -6,7 +6,9 @@ api-docs.deepseek.com/guides/web_tools): ``{"type": "deepseek_web_search"}`` and
 and page reads; the client shows the blocks it returns and passes them back unchanged on
 the next request. No model output of ours can run them, so a request reader keeps each
 entry whole (:class:`ServerTool`), and the upstream kind decides: sent on unchanged where
-the upstream is such an endpoint, refused where the gateway renders the prompt itself.
+the upstream is such an endpoint and the client speaks its API (whose answers hold the
+blocks), refused where the gateway renders the prompt itself or the client speaks
+another API.
 """
 
 from __future__ import annotations
@@ -37,16 +39,17 @@ class ServerTool:
         return InvalidRequest(
             f"{self.type} is run by DeepSeek's hosted API, and this prompt is rendered for a "
             "self-hosted engine, which cannot run it; serve the model with --upstream-api chat "
-            "in front of DeepSeek's API, or leave the tool out",
+            "(or messages) in front of DeepSeek's API, or leave the tool out",
             self.param,
         )
 
-    def not_representable(self, api: str, upstream: str) -> InvalidRequest:
-        """The 400 for a client ``api`` whose answers cannot hold the blocks ``upstream``
-        (an upstream kind's name) returns for it."""
+    def not_representable(self, api: str, upstream: str, route: str) -> InvalidRequest:
+        """The 400 for a client ``api`` whose answers cannot hold the blocks an ``upstream``
+        that speaks that API returns for it; ``route`` is the client route whose answers
+        can."""
         return InvalidRequest(
             f"{self.type} returns blocks that a {api} answer cannot hold when the upstream "
-            f"speaks {upstream}; send the request to /v1/chat/completions, or leave the tool out",
+            f"speaks {upstream}; send the request to {route}, or leave the tool out",
             self.param,
         )
 

@@ -14,6 +14,11 @@ A delta's other fields (a hosted endpoint's own, such as the blocks its server t
 return) are not read: with ``pass_fields`` they come out as they came, in one
 :class:`~dsmlkit.parse.UpstreamFields` per delta that has any (fields whose value is null
 carry nothing and are skipped); without, they are left out.
+
+Events of the upstream's own that are no delta (a hosted Anthropic endpoint's server-tool
+blocks, whole: :class:`~dsmlkit.parse.UpstreamBlock`) are given to :meth:`ChatRepair.pass_on`
+and queued as the endpoint's calls are: after what came before, and behind a leaked call
+still open.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from dsmlkit.parse import (
     ReasoningEnd,
     ToolCallEnd,
     ToolCallStart,
+    UpstreamBlock,
     UpstreamFields,
 )
 
@@ -105,6 +111,14 @@ class ChatRepair:
             other = {k: v for k, v in delta.items() if k not in READ_FIELDS and v is not None}
             if other:
                 self._out.append(UpstreamFields(other))
+        return self._take()
+
+    def pass_on(self, events: list[UpstreamBlock | Diagnostic]) -> list[Event]:
+        """Events for the upstream's own ``events`` (see the module's docstring); the
+        endpoint's call in progress has ended (its block came before them)."""
+        self._end_upstream_call()
+        self._queues["upstream"].extend(events)
+        self._drain()
         return self._take()
 
     def close(self, upstream_finish: str | None) -> list[Event]:
@@ -246,7 +260,7 @@ class ChatRepair:
             self._out.append(
                 ToolCallEnd(index, event.id, event.name, event.arguments, event.arguments_json)
             )
-        elif isinstance(event, Diagnostic):
+        elif isinstance(event, (Diagnostic, UpstreamBlock)):
             self._out.append(event)
         # ReasoningEnd and OutputEnd of the parts are replaced by the merged stream's own.
 

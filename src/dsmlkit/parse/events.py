@@ -4,7 +4,7 @@ Events are small frozen dataclasses. A stream of events for one model output alw
 this shape (``*`` = any number, ``?`` = at most one)::
 
     (ContentDelta | ReasoningDelta | ReasoningEnd | ToolCallStart | ArgumentsDelta
-     | ToolCallEnd | Diagnostic | UpstreamFields)*  OutputEnd
+     | ToolCallEnd | Diagnostic | UpstreamFields | UpstreamBlock)*  OutputEnd
 
 * ``ReasoningEnd`` comes at most once, after the last ``ReasoningDelta``.
 * Every ``ToolCallStart(index=i)`` precedes that call's ``ArgumentsDelta(index=i)``
@@ -16,6 +16,8 @@ this shape (``*`` = any number, ``?`` = at most one)::
 * ``OutputEnd`` is always last, once, emitted by ``close()``.
 * ``UpstreamFields`` never comes from the parser: a hosted chat endpoint's own message
   fields, passed on by :class:`~dsmlkit.parse.chat_repair.ChatRepair` when asked to.
+  ``UpstreamBlock`` neither: a hosted Anthropic endpoint's own content block, whole, passed
+  on the same way (it never comes inside a call).
 """
 
 from __future__ import annotations
@@ -98,6 +100,19 @@ class UpstreamFields:
 
 
 @dataclass(frozen=True, slots=True)
+class UpstreamBlock:
+    """A content block of a hosted Anthropic endpoint's answer that nothing here reads (the
+    blocks its server tools return: ``server_tool_use``, ``web_search_tool_result`` …),
+    each value the parsed JSON as it came, for the client: ``start`` as its
+    ``content_block_start`` gave it, its ``deltas`` in order, and the ``block`` whole (the
+    deltas applied), for an answer sent at once."""
+
+    start: Mapping[str, Any]
+    deltas: tuple[Mapping[str, Any], ...]
+    block: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class OutputEnd:
     """The output is over; ``finish_reason`` is what an API should report."""
 
@@ -113,6 +128,7 @@ Event = (
     | ToolCallEnd
     | Diagnostic
     | UpstreamFields
+    | UpstreamBlock
     | OutputEnd
 )
 
@@ -128,6 +144,15 @@ class ToolCall:
 
 
 @dataclass(frozen=True)
+class PlacedBlock:
+    """An :class:`UpstreamBlock` of a whole answer: the ``block``, and ``at``, the length of
+    the answer's ``content`` that came before it (its place in the text)."""
+
+    at: int
+    block: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class ParsedMessage:
     """Everything one model output said, collected from its events."""
 
@@ -138,6 +163,8 @@ class ParsedMessage:
     finish_reason: FinishReason
     #: The upstream's own message fields (:class:`UpstreamFields`), joined over the stream.
     upstream_fields: Mapping[str, Any] = field(default_factory=dict)
+    #: The upstream's own content blocks (:class:`UpstreamBlock`), in order, each placed.
+    upstream_blocks: tuple[PlacedBlock, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The shape ``dsmlkit parse`` prints."""
@@ -161,6 +188,7 @@ _EVENT_TYPES: dict[type, str] = {
     ToolCallEnd: "tool_call_end",
     Diagnostic: "diagnostic",
     UpstreamFields: "upstream_fields",
+    UpstreamBlock: "upstream_block",
     OutputEnd: "output_end",
 }
 
@@ -182,6 +210,7 @@ class MessageCollector:
         self._calls: list[ToolCall] = []
         self._diagnostics: list[Diagnostic] = []
         self._fields: dict[str, Any] = {}
+        self._blocks: list[PlacedBlock] = []
         self._finish: FinishReason | None = None
 
     def add(self, events: list[Event]) -> None:
@@ -201,6 +230,9 @@ class MessageCollector:
                 self._diagnostics.append(event)
             elif isinstance(event, UpstreamFields):
                 self._join(event.fields)
+            elif isinstance(event, UpstreamBlock):  # rare: the text so far is measured
+                at = sum(map(len, self._content))
+                self._blocks.append(PlacedBlock(at, event.block))
             elif isinstance(event, OutputEnd):
                 self._finish = event.finish_reason
 
@@ -226,4 +258,5 @@ class MessageCollector:
             diagnostics=tuple(self._diagnostics),
             finish_reason=self._finish,
             upstream_fields=self._fields,
+            upstream_blocks=tuple(self._blocks),
         )

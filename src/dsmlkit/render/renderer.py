@@ -567,8 +567,9 @@ class _Writer:
             self.out.text(part.text)
         elif isinstance(part, ImagePart):
             self.out.template(IMAGE)
-        else:
+        elif isinstance(part, ToolReferencePart):
             self.out.text(self._reference(part))
+        # a RawBlockPart has no place in the prompt (its reader noted it)
 
     def _reference(self, reference: ToolReferencePart) -> str:
         tool = self.tools_by_name.get(reference.name)

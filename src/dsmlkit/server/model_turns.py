@@ -15,7 +15,9 @@ into the assistant turns of the typed conversation, whichever API it came in (a
   *really changed*: the client's version wins, counted as ``call`` (the request log line's
   ``history_changed``);
 * the turn's text that is the model's up to whitespace, or that the client left out,
-  becomes the model's text; other text is used as sent (``content``); reasoning the same
+  becomes the model's text; other text is used as sent (``content``), and so is the text
+  of a turn that holds blocks kept whole (a hosted endpoint's server-tool blocks, which
+  have their places in it); reasoning the same
   (``reasoning``; dropped reasoning is restored before, and reasoning the reader could not
   verify is replaced, see :mod:`.restore`).
 
@@ -31,7 +33,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from dsmlkit.conversation.model import HistoryCall, Message, TextPart
+from dsmlkit.conversation.model import HistoryCall, Message, RawBlockPart, TextPart
 from dsmlkit.conversation.readers import history_arguments
 from dsmlkit.fields import Field
 from dsmlkit.server.state_store import CorruptEntry, load_json
@@ -153,7 +155,9 @@ def reconcile(message: Message, found: Mapping[str, ModelCall], changed: Counter
     calls = tuple(_call(call, found.get(call.id or ""), changed) for call in message.tool_calls)
     text = message.text()
     said = _text(text, first.content, "content", changed)
-    parts = message.parts if said == text else (TextPart(said),)
+    # a turn with blocks kept whole keeps its text as sent: its places are among them
+    kept = any(isinstance(part, RawBlockPart) for part in message.parts)
+    parts = message.parts if said == text or kept else (TextPart(said),)
     reasoning = message.reasoning
     if reasoning:
         reasoning = _text(reasoning, first.reasoning, "reasoning", changed)

@@ -12,7 +12,8 @@ each upstream stream whether another request follows (:meth:`UpstreamReader.afte
 * :class:`MessagesReader`: a hosted Anthropic ``/v1/messages`` stream, whose events it
   reads as the chat deltas they stand for (:meth:`UpstreamReader.choices`), repaired by the
   same :class:`~dsmlkit.parse.chat_repair.ChatRepair`; it keeps the thinking block's
-  ``signature`` (:attr:`UpstreamReader.reasoning_signature`).
+  ``signature`` (:attr:`UpstreamReader.reasoning_signature`) and passes every other block
+  on whole (:class:`~dsmlkit.parse.UpstreamBlock`).
 
 How a chunk of the upstream stream is read (its choices, its usage) is the reader's too:
 the OpenAI shape (``choices``, ``usage``) unless the reader says otherwise.
@@ -20,6 +21,7 @@ the OpenAI shape (``choices``, ``usage``) unless the reader says otherwise.
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +30,7 @@ from typing import Any, Protocol
 from dsmlkit.api.common import Usage
 from dsmlkit.dialects import THINK_CLOSE, Dialect
 from dsmlkit.encoding import OutputReader
-from dsmlkit.parse import Event, ReasoningEnd, ToolCallStart
+from dsmlkit.parse import Diagnostic, Event, ReasoningEnd, ToolCallStart, UpstreamBlock
 from dsmlkit.parse.chat_repair import ChatRepair
 from dsmlkit.render.builder import Piece, PromptBuilder
 from dsmlkit.render.tokens import PromptTokenizer
@@ -252,6 +254,47 @@ FINISH_REASONS = {
 }
 
 
+#: The content blocks :class:`MessagesReader` reads; it passes on any other whole.
+READ_BLOCKS = frozenset(("text", "thinking", "tool_use"))
+#: The key of a :meth:`MessagesReader.choices` item that carries a whole upstream block.
+_BLOCK = "upstream_block"
+
+
+@dataclass
+class _OpenBlock:
+    """An upstream block being streamed that the reader does not read: how it started,
+    and its deltas so far."""
+
+    start: Mapping[str, Any]
+    deltas: list[Mapping[str, Any]] = field(default_factory=list)
+
+    def whole(self) -> tuple[UpstreamBlock, list[Diagnostic]]:
+        """The block as it ended: its ``input_json_delta`` fragments (the only delta
+        Anthropic streams for a server tool's blocks) joined into its ``input``; any other
+        delta reaches a streamed client only. A joined input that is not JSON leaves the
+        ``input`` it started with, and a diagnostic says so."""
+        block = dict(self.start)
+        fragments = [
+            delta.get("partial_json")
+            for delta in self.deltas
+            if delta.get("type") == "input_json_delta"
+        ]
+        text = "".join(item for item in fragments if isinstance(item, str))
+        found: list[Diagnostic] = []
+        if text.strip():
+            try:
+                block["input"] = json.loads(text)
+            except (ValueError, RecursionError):
+                found.append(
+                    Diagnostic(
+                        "upstream_block_input",
+                        f"the upstream's input for a {block.get('type')!r} block is not JSON",
+                        text,
+                    )
+                )
+        return UpstreamBlock(self.start, tuple(self.deltas), block), found
+
+
 class MessagesReader(ChatReader):
     """One messages-mode answer: a hosted Anthropic ``/v1/messages`` stream.
 
@@ -263,12 +306,21 @@ class MessagesReader(ChatReader):
     ``signature_delta`` is kept as :attr:`reasoning_signature`. ``ping``,
     ``content_block_stop`` and ``message_stop`` carry nothing; an ``error`` event fails the
     stream where it is decoded (:mod:`.upstream`).
+
+    A block of any other type (a hosted endpoint's server-tool blocks: ``server_tool_use``,
+    ``web_search_tool_result`` …, or one of a type new to us) is kept with its deltas
+    and, at its ``content_block_stop``, passed on whole as one
+    :class:`~dsmlkit.parse.UpstreamBlock` in its place (:meth:`ChatRepair.pass_on`) when
+    ``pass_blocks`` (the client's answer can hold it: Messages); else a diagnostic stands
+    for it.
     """
 
-    def __init__(self, repair: ChatRepair, ids: AnswerIds) -> None:
+    def __init__(self, repair: ChatRepair, ids: AnswerIds, *, pass_blocks: bool = False) -> None:
         super().__init__(repair, ids)
         self._calls: dict[int, int] = {}  # block index → the upstream call's index
         self._signature: list[str] = []
+        self._pass_blocks = pass_blocks
+        self._open: dict[int, _OpenBlock] = {}  # block index → a block passed on
 
     @property
     def reasoning_signature(self) -> str | None:
@@ -276,15 +328,46 @@ class MessagesReader(ChatReader):
 
     def choices(self, chunk: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
         kind = chunk.get("type")
+        index = chunk.get("index")
+        index = index if isinstance(index, int) else None
         if kind == "content_block_start":
-            delta = self._block_start(chunk.get("index"), chunk.get("content_block"))
+            delta = self._block_start(index, chunk.get("content_block"))
         elif kind == "content_block_delta":
-            delta = self._block_delta(chunk.get("index"), chunk.get("delta"))
+            delta = self._block_delta(index, chunk.get("delta"))
+        elif kind == "content_block_stop":
+            return [{_BLOCK: self._open.pop(index)}] if index in self._open else ()
         elif kind == "message_delta":
             return [self._finish(chunk.get("delta"))]
         else:
             return ()
         return [{"delta": delta}] if delta else ()
+
+    def feed(self, choice: Mapping[str, Any]) -> list[Event]:
+        block = choice.get(_BLOCK)
+        if isinstance(block, _OpenBlock):
+            return self._pass_on(block)
+        return super().feed(choice)
+
+    def close(self, finish: str) -> list[Event]:
+        """A block the stream never stopped goes on as it got."""
+        out: list[Event] = []
+        for block in self._open.values():
+            out += self._pass_on(block)
+        self._open.clear()
+        return out + super().close(finish)
+
+    def _pass_on(self, open_block: _OpenBlock) -> list[Event]:
+        block, found = open_block.whole()
+        if self._pass_blocks:
+            return self._repair.pass_on([block, *found])
+        text = json.dumps(block.block, ensure_ascii=False)
+        dropped = Diagnostic(
+            "upstream_block_dropped",
+            f"the upstream returned a {block.block.get('type')!r} block, which only a "
+            "Messages answer can hold",
+            text,
+        )
+        return self._repair.pass_on([dropped])
 
     def usage(self, chunk: Mapping[str, Any]) -> Usage | None:
         """``message_start`` (``message.usage``: the prompt) and ``message_delta``
@@ -308,6 +391,9 @@ class MessagesReader(ChatReader):
         if not isinstance(block, Mapping):
             return {}
         kind = block.get("type")
+        if kind not in READ_BLOCKS and isinstance(index, int):
+            self._open[index] = _OpenBlock(block)
+            return {}
         if kind == "tool_use":
             call = self._calls.setdefault(index, len(self._calls))
             function = {"name": block.get("name"), "arguments": ""}
@@ -322,6 +408,9 @@ class MessagesReader(ChatReader):
 
     def _block_delta(self, index: Any, delta: Any) -> dict[str, Any]:
         if not isinstance(delta, Mapping):
+            return {}
+        if index in self._open:
+            self._open[index].deltas.append(delta)
             return {}
         kind = delta.get("type")
         if kind == "text_delta":

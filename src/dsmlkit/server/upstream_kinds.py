@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar, Protocol
 
-from dsmlkit.api import ChatRequest, to_openai_chat_body
+from dsmlkit.api import CHAT, MESSAGES, ChatRequest, ClientApi, to_openai_chat_body
 from dsmlkit.api.anthropic_upstream import to_anthropic_body
 from dsmlkit.parse.chat_repair import ChatRepair
 from dsmlkit.render import RenderResult
@@ -298,28 +298,45 @@ class CompletionsBodies:
         return self._first_tokens + len(prompt[len(self._first) :].encode())
 
 
-class Chat(UpstreamKind):
+class HostedKind(UpstreamKind):
+    """A hosted endpoint that speaks one client API (``client_api``, called ``speaks`` in
+    messages): a request in that API goes up as it came, and only its answers can hold
+    what the endpoint returns beside the conversation (the blocks of its server tools,
+    :mod:`dsmlkit.conversation.server_tools`): a request in another API that carries a
+    server tool is refused, naming the tool and the route that takes it. The client's own
+    model name is forwarded."""
+
+    reads_token_ids = False
+    client_api: ClassVar[ClientApi[Any]]
+    speaks: ClassVar[str]
+
+    def engine_model(self, served: Sequence[str], fallback: str) -> str | None:
+        return None
+
+    def refuse_server_tools(self, req: ChatRequest) -> None:
+        """The 400 for a request in another API than ``client_api`` with a server tool."""
+        if req.server_tools and req.api is not self.client_api:
+            tool = req.server_tools[0]
+            raise tool.not_representable(req.api.name, self.speaks, self.client_api.path)
+
+
+class Chat(HostedKind):
     """A hosted ``/v1/chat/completions``: a Chat Completions body as it came (its messages
     those of the typed conversation when state was put back into it), any other converted.
     The answer's calls get ids unique in the conversation (:class:`.call_ids.AnswerIds`).
 
     A hosted endpoint's server tools (:mod:`dsmlkit.conversation.server_tools`) go on in the
-    body as sent, and
-    the message fields it returns for them reach a Chat Completions client as they came
-    (:class:`~dsmlkit.parse.UpstreamFields`); another API's answer has no place for them,
-    so its request is refused."""
+    body as sent, and the message fields it returns for them reach a Chat Completions
+    client as they came (:class:`~dsmlkit.parse.UpstreamFields`)."""
 
     name = "chat"
     route = "/chat/completions"
-    reads_token_ids = False
-
-    def engine_model(self, served: Sequence[str], fallback: str) -> str | None:
-        return None
+    client_api = CHAT
+    speaks = "Chat Completions"
 
     async def plan(self, inputs: PlanInputs) -> UpstreamPlan:
         req = inputs.req
-        if req.server_tools and not req.api.chat_form:
-            raise req.server_tools[0].not_representable(req.api.name, "Chat Completions")
+        self.refuse_server_tools(req)
         if req.api.chat_form:
             upstream_body = dict(inputs.body)
             if inputs.put_back:
@@ -339,22 +356,25 @@ class Chat(UpstreamKind):
         return UpstreamPlan(req, upstream_body, reader, None, fallback)
 
 
-class Messages(UpstreamKind):
+class Messages(HostedKind):
     """A hosted Anthropic ``/v1/messages`` (DeepSeek's ``…/anthropic``): a Messages body as
     it came with its ``system`` and ``messages`` written from the typed conversation (the
     thinking blocks a client holds carry the gateway's signatures; the upstream gets its
     own back, :mod:`.restore`), any other request converted
     (:func:`~dsmlkit.api.anthropic_upstream.to_anthropic_body`). The key goes as
-    ``x-api-key``, with ``anthropic-version``. Calls get ids as in chat mode."""
+    ``x-api-key``, with ``anthropic-version``. Calls get ids as in chat mode.
+
+    Server tools go on in the body as sent; the blocks the endpoint returns for them (any
+    block the reader does not read) reach a Messages client whole in their places
+    (:class:`~dsmlkit.parse.UpstreamBlock`), and the ones it sends back go up as they came
+    (:class:`~dsmlkit.conversation.model.RawBlockPart`)."""
 
     name = "messages"
     route = "/messages"
-    reads_token_ids = False
+    client_api = MESSAGES
+    speaks = "Anthropic Messages"
     #: The ``anthropic-version`` header sent.
     version = "2023-06-01"
-
-    def engine_model(self, served: Sequence[str], fallback: str) -> str | None:
-        return None
 
     def auth_headers(self, key: str | None) -> dict[str, str]:
         headers = {"anthropic-version": self.version}
@@ -364,8 +384,7 @@ class Messages(UpstreamKind):
 
     async def plan(self, inputs: PlanInputs) -> UpstreamPlan:
         req = inputs.req
-        if req.server_tools:
-            raise req.server_tools[0].not_representable(req.api.name, "Anthropic Messages")
+        self.refuse_server_tools(req)
         converted = to_anthropic_body(req)
         if req.api.messages_form:
             upstream_body = {**inputs.body, "messages": converted["messages"]}
@@ -379,7 +398,7 @@ class Messages(UpstreamKind):
             upstream_body["model"] = inputs.engine_model
         ids = AnswerIds(req.api.call_ids(), inputs.call_ids)
         repair = ChatRepair(partial(req.new_parser, "content"), ids.client_id)
-        reader = MessagesReader(repair, ids)
+        reader = MessagesReader(repair, ids, pass_blocks=req.api.messages_form)
         names = [tool.get("name") for tool in upstream_body.get("tools") or ()]
         fallback = fallback_body(req, upstream_body, {"type": "auto"}, names)
         return UpstreamPlan(req, upstream_body, reader, None, fallback)
