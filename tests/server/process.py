@@ -87,11 +87,17 @@ class ServerLog:
         """The lines that start a traceback."""
         return [line for line in self.lines if "Traceback" in line]
 
-    def wait_for(self, event: str, since: int = 0, timeout: float = 5.0) -> None:
-        """Wait until a JSON line with this ``event`` comes after the first ``since``."""
+    def wait_for(self, event: str, since: int = 0, timeout: float = 5.0, **fields: Any) -> None:
+        """Wait until a JSON line with this ``event`` (and these ``fields``' values) comes
+        after the first ``since`` (the ``GET /health`` that started the process has a
+        ``request`` line too, which may come after ``since``)."""
+        wanted = {"event": event, **fields}
         deadline = time.monotonic() + timeout
-        while not any(record.get("event") == event for record in self.records(since)):
-            assert time.monotonic() < deadline, f"no {event!r} log line in {timeout} s"
+        while not any(
+            all(record.get(key) == value for key, value in wanted.items())
+            for record in self.records(since)
+        ):
+            assert time.monotonic() < deadline, f"no {wanted!r} log line in {timeout} s"
             time.sleep(0.01)
 
     def join(self, timeout: float) -> None:

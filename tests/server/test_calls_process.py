@@ -47,7 +47,7 @@ MODES = ["completions", "chat"]
 def held_back(log: ServerLog, since: int) -> list[dict[str, Any]]:
     """The ``tool_call_held_back`` lines after the first ``since`` lines, once the
     request's own log line (written after its last byte) has come."""
-    log.wait_for("request", since)
+    log.wait_for("request", since, method="POST")
     return [line for line in log.records(since) if line.get("event") == "tool_call_held_back"]
 
 

@@ -200,8 +200,8 @@ def test_an_image_reaches_the_engines_chat_endpoint_intact(
     assert "prompt" not in sent  # not /v1/completions: the chat endpoint, messages and all
     assert IMAGE in json.dumps(sent["messages"])  # the pixels, not a placeholder
     assert sent["model"] == MODEL
-    log.wait_for("request", since)
     route = {"chat": "/v1/chat/completions", "messages": "/v1/messages"}.get(api, "/v1/responses")
+    log.wait_for("request", since, route=route)
     (line,) = [r for r in log.records(since) if r.get("route") == route]
     assert line["upstream_route"] == ROUTED
 
