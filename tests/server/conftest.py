@@ -64,6 +64,19 @@ def anthropic_client(url: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=url, api_key="test", max_retries=0, timeout=CLIENT_TIMEOUT)
 
 
+#: Fixtures that serve HTTP on a loopback port from this process (the fake engine, the
+#: in-process gateways): a test that uses one, directly or through another fixture, is
+#: marked slow, as one that starts a process is.
+SERVER_FIXTURES = frozenset({"engine_server", "start_gateway"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that talk to a loopback server ``slow``."""
+    for item in items:
+        if SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def engine_server() -> Iterator[tuple[FakeEngine, str]]:
     engine = FakeEngine(max_model_len=ENGINE_MAX_MODEL_LEN)
