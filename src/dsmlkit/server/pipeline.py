@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Coroutine
 from contextlib import aclosing
 from dataclasses import replace
 from functools import partial
@@ -142,30 +142,42 @@ async def answer(request: Request, api: ClientApi[Any]) -> Response:
             partial(_finish_upstream, upstream, observer),
         )
 
-    async def collect() -> bytes:
-        """The body, written once, after the remember stage."""
-        collector = MessageCollector()
-        try:
-            async with aclosing(events) as batches:
-                async for batch in batches:
-                    for part in batch:
-                        collector.add(part)
-        finally:
-            _finish_upstream(upstream, observer)
-        collector.add(outcome.closing)
-        msg = collector.message()
-        ended = replace(started, usage=outcome.usage, stop_sequence=outcome.stop_sequence)
-        response = api.respond(msg, req.model, ended, req) if api.keeps_responses else None
-        observer.remembered(await remember.answer(outcome.calls, response))
-        observer.answer(response_diagnostics(msg, req))
-        if response is None:
-            return api.respond_json(msg, req.model, ended, req)
-        return json_body(response)
-
-    result = await _cancel_on_disconnect(request, collect, observer)
+    whole = _whole_body(api, req, started, events, outcome, upstream, observer, remember)
+    result = await _cancel_on_disconnect(request, whole, observer)
     if result is None:
         return Response(status_code=499)  # nobody is listening any more
     return Response(result, media_type="application/json", headers=headers)
+
+
+async def _whole_body(
+    api: ClientApi[Any],
+    req: ChatRequest,
+    started: Answer,
+    events: AsyncGenerator[list[list[Event]], None],
+    outcome: Outcome,
+    upstream: Upstream,
+    observer: RequestObserver,
+    remember: Remember,
+) -> bytes:
+    """A non-streamed answer's body: fold's events collected into one message, the
+    remember stage run, then the body written once."""
+    collector = MessageCollector()
+    try:
+        async with aclosing(events) as batches:
+            async for batch in batches:
+                for part in batch:
+                    collector.add(part)
+    finally:
+        _finish_upstream(upstream, observer)
+    collector.add(outcome.closing)
+    msg = collector.message()
+    ended = replace(started, usage=outcome.usage, stop_sequence=outcome.stop_sequence)
+    response = api.respond(msg, req.model, ended, req) if api.keeps_responses else None
+    observer.remembered(await remember.answer(outcome.calls, response))
+    observer.answer(response_diagnostics(msg, req))
+    if response is None:
+        return api.respond_json(msg, req.model, ended, req)
+    return json_body(response)
 
 
 # --- the stages the render routes share ------------------------------------------------
@@ -310,10 +322,10 @@ async def _stream_body(
 
 
 async def _cancel_on_disconnect(
-    request: Request, work: Callable[[], Awaitable[T]], observer: RequestObserver
+    request: Request, work: Coroutine[Any, Any, T], observer: RequestObserver
 ) -> T | None:
     """Run ``work``; if the client disconnects first, cancel it and return None."""
     async with CancelOnDisconnect(request.receive):
-        return await work()
+        return await work
     observer.failed(*_DISCONNECTED)  # reached only when the watch cancelled the work
     return None
