@@ -45,6 +45,9 @@ from tests.helpers import v41_tokenizer_text
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.loopback import serve_in_thread
 
+# vLLM's own serving and preprocessing code (it may run processes, as platform checks do).
+pytestmark = pytest.mark.slow
+
 MODEL = "deepseek-v4.1"
 #: A tool call as the model writes it (the fake's chat endpoint and vLLM without a tool
 #: parser both leave it in ``content``).

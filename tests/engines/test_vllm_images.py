@@ -18,6 +18,9 @@ import pytest
 pytest.importorskip("vllm")
 mm_preprocess = pytest.importorskip("vllm.models.deepseek_v41.common.mm_preprocess")
 
+# vLLM's own serving and preprocessing code (it may run processes, as platform checks do).
+pytestmark = pytest.mark.slow
+
 from PIL import Image, ImageOps  # noqa: E402  (installed with vLLM)
 from vllm.transformers_utils.configs.deepseek_v41 import DeepseekV41Config  # noqa: E402
 

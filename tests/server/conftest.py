@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from dsmlkit.server import ServerConfig, create_app
 from tests.server.fake_engine import FakeEngine
 from tests.server.loopback import serve_in_thread
+from tests.server.process import serve_process
 
 #: Upstream read timeout of the test gateways: long enough for any replay, short enough
 #: that a hanging engine fails a test quickly.
@@ -132,6 +133,23 @@ def start_gateway(
             return running[key]
 
         yield start
+
+
+#: The upstream kinds of hosted endpoints, each served by the fake engine.
+HOSTED_KINDS = ("chat", "messages")
+
+
+@pytest.fixture(scope="module")
+def hosted_processes(engine_server: tuple[FakeEngine, str]) -> Iterator[dict[str, str]]:
+    """A real ``dsmlkit serve`` per hosted upstream kind in front of the fake engine (no key
+    of its own: the client's goes up), by kind, for one test module."""
+    with ExitStack() as stack:
+        yield {
+            kind: stack.enter_context(
+                serve_process("--upstream", engine_server[1], "--upstream-api", kind)
+            )[1]
+            for kind in HOSTED_KINDS
+        }
 
 
 def gateway_for_mode(mode: str, start_gateway: Callable[..., str], engine: FakeEngine) -> Gateway:

@@ -258,14 +258,12 @@ class FakeEngine:
         if completions:
             chunks = list(self._completion_chunks(reply, request, asked))
             completion_tokens = sum(chunk.pop("_tokens") for chunk in chunks)
-        elif path == MESSAGES_PATH:  # the events carry their usage
+        elif path == MESSAGES_PATH:
             capped = self._chat_capped(reply, asked)
             chunks = list(messages_events(capped, request, len(prompt_ids)))
-            completion_tokens = sum(chunk.pop("_tokens", 0) for chunk in chunks)
+            completion_tokens = 0  # unused: the events carry their own usage
         else:
             chunks = list(chat_chunks(self._chat_capped(reply, asked), request))
-            for chunk in chunks:
-                chunk.pop("_tokens", None)
             completion_tokens = self._chat_tokens(chunks)
         usage = {
             "prompt_tokens": len(prompt_ids),

@@ -184,21 +184,21 @@ def envelope(kind: str, request: dict[str, Any], choices: list[Any]) -> dict[str
 
 
 def chat_chunks(reply: Reply, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    """The reply as chat chunks (``_tokens``: the completion tokens a chunk counts)."""
+    """The reply as chat chunks."""
     size = max(reply.chunk_size, 5)
 
-    def chunk(delta: dict[str, Any], finish: str | None = None, tokens: int = 0) -> dict[str, Any]:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         if finish is not None:
             choice["stop_reason"] = None  # vLLM's, on the finishing chunk
-        return {**envelope("chat.completion.chunk", request, [choice]), "_tokens": tokens}
+        return envelope("chat.completion.chunk", request, [choice])
 
     yield chunk({"role": "assistant", "content": ""})
     for piece in reply.pieces:  # a scripted output, streamed as content the way it is cut
-        yield chunk({"content": piece}, tokens=1)
+        yield chunk({"content": piece})
     for key, text in (("reasoning_content", reply.reasoning), ("content", reply.content)):
         for piece in _pieces(text, size):
-            yield chunk({key: piece}, tokens=1)
+            yield chunk({key: piece})
     for index, call in enumerate(reply.tool_calls):
         head = {"name": call["name"], "arguments": ""}
         yield chunk(
@@ -209,9 +209,7 @@ def chat_chunks(reply: Reply, request: dict[str, Any]) -> Iterator[dict[str, Any
             }
         )
         for piece in _pieces(call["arguments"], size):
-            yield chunk(
-                {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, tokens=1
-            )
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
     yield chunk({}, reply.finish_reason)
 
 
@@ -250,7 +248,7 @@ def chat_completion(chunks: list[dict[str, Any]]) -> dict[str, Any]:
 def messages_events(
     reply: Reply, request: dict[str, Any], prompt_tokens: int
 ) -> Iterator[dict[str, Any]]:
-    """The reply as Anthropic stream events (``_tokens`` as in :func:`chat_chunks`)."""
+    """The reply as Anthropic stream events (their usage counts one token a delta)."""
     size = max(reply.chunk_size, 5)
     message = {
         "id": "msg_fake",
@@ -329,7 +327,7 @@ class _BlockWriter:
 
     def delta(self, delta: dict[str, Any]) -> dict[str, Any]:
         self.tokens += 1
-        return {"type": "content_block_delta", "index": self.index, "delta": delta, "_tokens": 1}
+        return {"type": "content_block_delta", "index": self.index, "delta": delta}
 
     def stop(self) -> Iterator[dict[str, Any]]:
         if self.open:

@@ -7,8 +7,6 @@ error shape (the leak repair is in ``test_server_gateway_chat.py``, for both hos
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import anthropic
@@ -16,7 +14,7 @@ import openai
 import pytest
 
 from tests.images import base64_png
-from tests.server.conftest import HOSTED_MODELS, Gateway
+from tests.server.conftest import HOSTED_KINDS, HOSTED_MODELS, Gateway
 from tests.server.fake_engine import FakeEngine, Reply
 from tests.server.fake_hosted import (
     HOSTED_REASONING_RULE,
@@ -24,7 +22,6 @@ from tests.server.fake_hosted import (
     HOSTED_USER_ID_RULE,
     signature_of,
 )
-from tests.server.process import serve_process
 from tests.server.sdk import ask, declared
 from tests.server.test_reasoning_roundtrip import REASONING, history, tools_for
 
@@ -38,30 +35,20 @@ UPSTREAM_CALL = {"id": "toolu_up_" + "a1b2c3" * 4, "name": "get_weather", "argum
 MISSING_REASONING = {"chat": HOSTED_REASONING_RULE, "messages": HOSTED_THINKING_RULE}
 
 
-@pytest.fixture(scope="module")
-def processes(engine_server: tuple[FakeEngine, str]) -> Iterator[dict[str, str]]:
-    """One ``dsmlkit serve`` per hosted kind (no key of its own: the client's goes up)."""
-    with ExitStack() as stack:
-        yield {
-            kind: stack.enter_context(
-                serve_process("--upstream", engine_server[1], "--upstream-api", kind)
-            )[1]
-            for kind in ("chat", "messages")
-        }
-
-
 @pytest.fixture
-def gateway(processes: dict[str, str], engine: FakeEngine) -> Gateway:
+def gateway(hosted_processes: dict[str, str], engine: FakeEngine) -> Gateway:
     """The messages-mode process."""
     engine.served = HOSTED_MODELS
-    return Gateway(processes["messages"], engine)
+    return Gateway(hosted_processes["messages"], engine)
 
 
-@pytest.fixture(params=["chat", "messages"])
-def hosted(request: pytest.FixtureRequest, processes: dict[str, str], engine: FakeEngine) -> Any:
+@pytest.fixture(params=HOSTED_KINDS)
+def hosted(
+    request: pytest.FixtureRequest, hosted_processes: dict[str, str], engine: FakeEngine
+) -> Any:
     """``(kind, gateway)`` for each hosted kind."""
     engine.served = HOSTED_MODELS
-    return request.param, Gateway(processes[request.param], engine)
+    return request.param, Gateway(hosted_processes[request.param], engine)
 
 
 # --- what goes upstream -------------------------------------------------------------------

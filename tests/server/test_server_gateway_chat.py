@@ -9,17 +9,14 @@ the three client APIs, streamed and not; what is particular to chat mode follows
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack
 from typing import Any
 
 import pytest
 
 from dsmlkit.dialects import ASCII_MARKER, V4, V4_1
 from tests.helpers import write_block
-from tests.server.conftest import HOSTED_MODELS, Gateway
+from tests.server.conftest import HOSTED_KINDS, HOSTED_MODELS, Gateway
 from tests.server.fake_engine import FakeEngine, Reply
-from tests.server.process import serve_process
 from tests.server.sdk import ask, declared
 
 # Real dsmlkit serve processes, one per upstream kind.
@@ -30,7 +27,6 @@ API_IDS = ["openai", "openai-stream", "anthropic", "anthropic-stream"]
 ALL_APIS = [*APIS, ("responses", False), ("responses", True)]
 ALL_API_IDS = [*API_IDS, "responses", "responses-stream"]
 #: The hosted upstream kinds (``--upstream-api``).
-KINDS = ["chat", "messages"]
 #: What each client API calls an answer that ends in calls, and one that does not.
 CALL_FINISH = {"openai": "tool_calls", "anthropic": "tool_use", "responses": "completed"}
 STOP_FINISH = {"openai": "stop", "anthropic": "end_turn", "responses": "completed"}
@@ -48,25 +44,13 @@ LEAKS = {
 }
 
 
-@pytest.fixture(scope="module")
-def processes(engine_server: tuple[FakeEngine, str]) -> Iterator[dict[str, str]]:
-    """One ``dsmlkit serve`` per hosted upstream kind, for the whole module."""
-    with ExitStack() as stack:
-        yield {
-            kind: stack.enter_context(
-                serve_process("--upstream", engine_server[1], "--upstream-api", kind)
-            )[1]
-            for kind in KINDS
-        }
-
-
-@pytest.fixture(params=KINDS)
+@pytest.fixture(params=HOSTED_KINDS)
 def hosted(
-    request: pytest.FixtureRequest, processes: dict[str, str], engine: FakeEngine
+    request: pytest.FixtureRequest, hosted_processes: dict[str, str], engine: FakeEngine
 ) -> Gateway:
     """The process of one hosted upstream kind in front of the fake engine."""
     engine.served = HOSTED_MODELS
-    return Gateway(processes[request.param], engine)
+    return Gateway(hosted_processes[request.param], engine)
 
 
 def _names_and_args(answer: Any) -> list[tuple[str, dict[str, Any]]]:
