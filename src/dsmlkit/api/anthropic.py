@@ -778,7 +778,6 @@ class MessagesApi(ClientApi[ChatRequest]):
     path = "/v1/messages"
     response_id_prefix = "msg_"
     call_id_prefix = "toolu_"
-    messages_form = True
     beta_header = "anthropic-beta"
     usage_at_start = True
 

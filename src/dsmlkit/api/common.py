@@ -155,12 +155,9 @@ class ClientApi(ABC, Generic[R]):
     ``name``: the API's name (``chat``, ``messages``, ``responses``); ``aliases``: the
     older names also accepted (``openai``, ``anthropic``). ``path``: the gateway route.
     ``keeps_responses``: a finished answer is a response object the server may store
-    (Responses' ``store`` / ``previous_response_id``). ``chat_form``: the request body is
-    already an OpenAI chat body (sent to a chat upstream as it came); ``messages_form``: an
-    Anthropic Messages body (sent to a messages upstream as it came, its history rewritten).
-    ``beta_header``: the
-    request header naming beta features the API accepts. ``usage_at_start``: a streamed
-    answer reports the prompt's tokens before any output (Messages' ``message_start``).
+    (Responses' ``store`` / ``previous_response_id``). ``beta_header``: the request header
+    naming beta features the API accepts. ``usage_at_start``: a streamed answer reports the
+    prompt's tokens before any output (Messages' ``message_start``).
     """
 
     name: str
@@ -169,8 +166,6 @@ class ClientApi(ABC, Generic[R]):
     response_id_prefix: str
     call_id_prefix: str
     keeps_responses = False
-    chat_form = False
-    messages_form = False
     beta_header: str | None = None
     usage_at_start = False
 

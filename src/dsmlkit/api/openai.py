@@ -335,7 +335,6 @@ class ChatApi(ClientApi[ChatRequest]):
     path = "/v1/chat/completions"
     response_id_prefix = "chatcmpl-"
     call_id_prefix = "call_"
-    chat_form = True
 
     def read(self, body: Any, context: ReadContext) -> ChatRequest:
         return parse_openai_request(body, dialect=context.dialect, cache=context.cache)

@@ -313,9 +313,14 @@ class HostedKind(UpstreamKind):
     def engine_model(self, served: Sequence[str], fallback: str) -> str | None:
         return None
 
+    def passes_through(self, req: ChatRequest) -> bool:
+        """Whether ``req`` came in the API this endpoint speaks (its body goes up as it
+        came, and its answer can hold what the endpoint returns beside the conversation)."""
+        return req.api is self.client_api
+
     def refuse_server_tools(self, req: ChatRequest) -> None:
         """The 400 for a request in another API than ``client_api`` with a server tool."""
-        if req.server_tools and req.api is not self.client_api:
+        if req.server_tools and not self.passes_through(req):
             tool = req.server_tools[0]
             raise tool.not_representable(req.api.name, self.speaks, self.client_api.path)
 
@@ -337,7 +342,8 @@ class Chat(HostedKind):
     async def plan(self, inputs: PlanInputs) -> UpstreamPlan:
         req = inputs.req
         self.refuse_server_tools(req)
-        if req.api.chat_form:
+        passed = self.passes_through(req)
+        if passed:
             upstream_body = dict(inputs.body)
             if inputs.put_back:
                 upstream_body["messages"] = req.conversation.chat_messages()
@@ -347,9 +353,7 @@ class Chat(HostedKind):
         if inputs.engine_model is not None:
             upstream_body["model"] = inputs.engine_model
         ids = AnswerIds(req.api.call_ids(), inputs.call_ids)
-        repair = ChatRepair(
-            partial(req.new_parser, "content"), ids.client_id, pass_fields=req.api.chat_form
-        )
+        repair = ChatRepair(partial(req.new_parser, "content"), ids.client_id, pass_fields=passed)
         reader = ChatReader(repair, ids)
         names = [_tool_name(tool.get("function")) for tool in upstream_body.get("tools") or ()]
         fallback = fallback_body(req, upstream_body, "auto", names)
@@ -386,7 +390,8 @@ class Messages(HostedKind):
         req = inputs.req
         self.refuse_server_tools(req)
         converted = to_anthropic_body(req)
-        if req.api.messages_form:
+        passed = self.passes_through(req)
+        if passed:
             upstream_body = {**inputs.body, "messages": converted["messages"]}
             upstream_body.pop("system", None)
             if "system" in converted:
@@ -398,7 +403,7 @@ class Messages(HostedKind):
             upstream_body["model"] = inputs.engine_model
         ids = AnswerIds(req.api.call_ids(), inputs.call_ids)
         repair = ChatRepair(partial(req.new_parser, "content"), ids.client_id)
-        reader = MessagesReader(repair, ids, pass_blocks=req.api.messages_form)
+        reader = MessagesReader(repair, ids, pass_blocks=passed)
         names = [tool.get("name") for tool in upstream_body.get("tools") or ()]
         fallback = fallback_body(req, upstream_body, {"type": "auto"}, names)
         return UpstreamPlan(req, upstream_body, reader, None, fallback)
